@@ -1,0 +1,133 @@
+"""Opening the tuning database: URL resolution, SQLite pragmas, schema creation and checks.
+
+The default is an SQLite file at ``~/.local/share/softmax-autotuner/tuning.sqlite`` (or under
+``$XDG_DATA_HOME``), overridden by ``$AUTOTUNER_DB`` and by an explicit URL (``--db``). Any
+SQLAlchemy URL works; ``postgresql+psycopg://...`` is the supported server database.
+
+A file that is not SQLite, or an SQLite database that is not ours, or ours at another schema version,
+is refused with a :class:`DatabaseError` that names the file and what was expected.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from sqlalchemy import Engine, create_engine, event, inspect, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DatabaseError as SADatabaseError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from db.models import APPLICATION_ID, SCHEMA_VERSION, Base, SchemaInfo
+
+ENV_VAR = "AUTOTUNER_DB"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+class DatabaseError(RuntimeError):
+    """A database that cannot be used, with a message fit to show a user."""
+
+
+def default_database_path() -> Path:
+    data_home = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return data_home / "softmax-autotuner" / "tuning.sqlite"
+
+
+def resolve_database_url(url: str | None = None) -> str:
+    """Explicit URL, else ``$AUTOTUNER_DB``, else the default SQLite file. A bare path is SQLite."""
+    chosen = url or os.environ.get(ENV_VAR) or str(default_database_path())
+    if "://" not in chosen:
+        chosen = f"sqlite:///{Path(chosen).expanduser().resolve()}"
+    try:
+        make_url(chosen)
+    except ArgumentError as exc:
+        raise DatabaseError(
+            f"not a database URL: {chosen!r} (expected a path, sqlite:///PATH or "
+            f"postgresql+psycopg://USER:PASS@HOST/DB): {exc}"
+        ) from None
+    return chosen
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DB-API types vary
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
+    """An engine for ``url`` (resolved as above), schema created if ``create`` and checked."""
+    resolved = resolve_database_url(url)
+    parsed = make_url(resolved)
+    is_sqlite = parsed.get_backend_name() == "sqlite"
+    if is_sqlite and parsed.database and parsed.database != ":memory:":
+        path = Path(parsed.database)
+        if path.exists() and path.is_dir():
+            raise DatabaseError(f"database path {path} is a directory, expected an SQLite file")
+        if path.exists() and path.stat().st_size > 0:
+            with open(path, "rb") as handle:
+                if handle.read(16) != b"SQLite format 3\x00":
+                    raise DatabaseError(
+                        f"{path} is not an SQLite database (damaged, or another kind of file); "
+                        f"point --db or ${ENV_VAR} at a tuning database or a new path"
+                    )
+        path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(resolved, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000} if is_sqlite else {})
+    if is_sqlite:
+        event.listen(engine, "connect", _sqlite_pragmas)
+    try:
+        check_schema(engine, create=create)
+    except (OperationalError, SADatabaseError) as exc:
+        engine.dispose()
+        raise DatabaseError(f"cannot open database {parsed.render_as_string(hide_password=True)}: {exc.orig}") from None
+    except DatabaseError:
+        engine.dispose()
+        raise
+    return engine
+
+
+def check_schema(engine: Engine, *, create: bool) -> None:
+    """Create our tables in an empty database; refuse a foreign or other-version one."""
+    tables = set(inspect(engine).get_table_names())
+    where = engine.url.render_as_string(hide_password=True)
+    if not tables:
+        if not create:
+            raise DatabaseError(f"database {where} is empty; run `autotuner sweep` to fill it")
+        Base.metadata.create_all(engine)
+        with Session(engine) as session, session.begin():
+            session.add_all([
+                SchemaInfo(key="application", value=APPLICATION_ID),
+                SchemaInfo(key="schema_version", value=str(SCHEMA_VERSION)),
+            ])
+        return
+    if SchemaInfo.__tablename__ not in tables:
+        raise DatabaseError(
+            f"database {where} holds tables {sorted(tables)[:5]} but is not a softmax-autotuner "
+            f"database (no schema_info table); use another path"
+        )
+    with Session(engine) as session:
+        info = dict(session.execute(select(SchemaInfo.key, SchemaInfo.value)).all())
+    if info.get("application") != APPLICATION_ID:
+        raise DatabaseError(f"database {where} belongs to {info.get('application')!r}, not {APPLICATION_ID}")
+    if info.get("schema_version") != str(SCHEMA_VERSION):
+        raise DatabaseError(
+            f"database {where} has schema version {info.get('schema_version')}, this program "
+            f"reads version {SCHEMA_VERSION}"
+        )
+    missing = set(Base.metadata.tables) - tables
+    if missing:
+        Base.metadata.create_all(engine, tables=[Base.metadata.tables[t] for t in sorted(missing)])
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def transaction(engine: Engine) -> Iterator[Session]:
+    """A session whose work commits on success and rolls back on error (for callers, not helpers)."""
+    with Session(engine, expire_on_commit=False) as session, session.begin():
+        yield session

@@ -1,0 +1,179 @@
+"""SQLAlchemy 2 typed models of the tuning database.
+
+One row per thing measured, never only the winner: every candidate's timing (or failure) on every
+shape is kept, so tables can be refitted and audited later. Times are microseconds, sizes bytes.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = "softmax-autotuner"
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class SchemaInfo(Base):
+    """Marks a database as ours and records its schema version (foreign files are refused)."""
+
+    __tablename__ = "schema_info"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(256))
+
+
+class GpuModel(Base):
+    __tablename__ = "gpu_models"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(32), unique=True)  # normalised: "h100", "a100", "h200"
+    name: Mapped[str] = mapped_column(String(128))  # as the driver reports it
+    sm_count: Mapped[Optional[int]]
+    l2_bytes: Mapped[Optional[int]]
+    memory_bytes: Mapped[Optional[int]]
+    compute_capability: Mapped[Optional[str]] = mapped_column(String(8))  # "9.0"
+
+
+class Environment(Base):
+    """Software versions a measurement was taken under; rows from another environment are stale."""
+
+    __tablename__ = "environments"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+    driver: Mapped[Optional[str]] = mapped_column(String(32))
+    cuda: Mapped[Optional[str]] = mapped_column(String(32))
+    torch: Mapped[Optional[str]] = mapped_column(String(64))
+    triton: Mapped[Optional[str]] = mapped_column(String(32))
+    cupy: Mapped[Optional[str]] = mapped_column(String(32))
+    python: Mapped[Optional[str]] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class SweepRun(Base):
+    __tablename__ = "sweep_runs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    gpu_model_id: Mapped[int] = mapped_column(ForeignKey("gpu_models.id"))
+    environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id"))
+    timing_method: Mapped[str] = mapped_column(String(16))  # "cold" | "warm" | "graph"
+    status: Mapped[str] = mapped_column(String(16), default="running")  # running|finished|interrupted|failed
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    host: Mapped[Optional[str]] = mapped_column(String(128))
+    command: Mapped[Optional[str]] = mapped_column(Text)
+    grid: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
+
+    gpu_model: Mapped[GpuModel] = relationship()
+    environment: Mapped[Environment] = relationship()
+
+
+class Candidate(Base):
+    """A variant, one launch config of it, and the hash of the source that generated its code."""
+
+    __tablename__ = "candidates"
+    __table_args__ = (UniqueConstraint("variant", "config_key", "source_hash"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    variant: Mapped[str] = mapped_column(String(64))
+    config_key: Mapped[str] = mapped_column(String(256))  # "block=256,vec=4"
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    source_hash: Mapped[str] = mapped_column(String(64))
+
+
+class Measurement(Base):
+    """One candidate on one shape in one run. ``status`` is "ok" only for verified, timed rows;
+    failures keep their error text and are never timed or chosen."""
+
+    __tablename__ = "measurements"
+    __table_args__ = (UniqueConstraint("run_id", "candidate_id", "m", "n", "dtype"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("sweep_runs.id"), index=True)
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"), index=True)
+    m: Mapped[int] = mapped_column(Integer)
+    n: Mapped[int] = mapped_column(Integer)
+    dtype: Mapped[str] = mapped_column(String(8))
+    status: Mapped[str] = mapped_column(String(16))  # ok|wrong|unsupported|compile_error|launch_error|fault|timeout
+    median_us: Mapped[Optional[float]] = mapped_column(Float)
+    p20_us: Mapped[Optional[float]] = mapped_column(Float)
+    p80_us: Mapped[Optional[float]] = mapped_column(Float)
+    repetitions: Mapped[Optional[int]]
+    gbps: Mapped[Optional[float]] = mapped_column(Float)  # bytes read + written over the median time
+    registers: Mapped[Optional[int]]
+    spill_bytes: Mapped[Optional[int]]
+    static_smem: Mapped[Optional[int]]
+    dynamic_smem: Mapped[Optional[int]]
+    threads_per_block: Mapped[Optional[int]]
+    blocks_per_sm: Mapped[Optional[int]]
+    occupancy: Mapped[Optional[float]] = mapped_column(Float)
+    max_rel_error: Mapped[Optional[float]] = mapped_column(Float)
+    compile_seconds: Mapped[Optional[float]] = mapped_column(Float)
+    error: Mapped[Optional[str]] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    run: Mapped[SweepRun] = relationship()
+    candidate: Mapped[Candidate] = relationship()
+
+
+class CopyReference(Base):
+    """Time of a plain copy of the same bytes (one read, one write of M*N): the speed of light."""
+
+    __tablename__ = "copy_references"
+    __table_args__ = (UniqueConstraint("run_id", "m", "n", "dtype"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("sweep_runs.id"), index=True)
+    m: Mapped[int] = mapped_column(Integer)
+    n: Mapped[int] = mapped_column(Integer)
+    dtype: Mapped[str] = mapped_column(String(8))
+    median_us: Mapped[float] = mapped_column(Float)
+    p20_us: Mapped[Optional[float]] = mapped_column(Float)
+    p80_us: Mapped[Optional[float]] = mapped_column(Float)
+    repetitions: Mapped[Optional[int]]
+    gbps: Mapped[Optional[float]] = mapped_column(Float)
+
+
+class DispatchTable(Base):
+    """A fitted dispatch table for one (GPU model, dtype, timing method). ``payload`` is the
+    versioned JSON document that ``select_kernel`` reads; only one row per key is current."""
+
+    __tablename__ = "dispatch_tables"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    gpu_model_id: Mapped[int] = mapped_column(ForeignKey("gpu_models.id"), index=True)
+    dtype: Mapped[str] = mapped_column(String(8))
+    timing_method: Mapped[str] = mapped_column(String(16))
+    format_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    source_runs: Mapped[list[int]] = mapped_column(JSON)
+    environment_id: Mapped[Optional[int]] = mapped_column(ForeignKey("environments.id"))
+    candidate_count: Mapped[int] = mapped_column(Integer)
+    regret_geomean: Mapped[Optional[float]] = mapped_column(Float)
+    regret_p95: Mapped[Optional[float]] = mapped_column(Float)
+    regret_max: Mapped[Optional[float]] = mapped_column(Float)
+    is_current: Mapped[bool] = mapped_column(Boolean, default=True)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    gpu_model: Mapped[GpuModel] = relationship()

@@ -1,0 +1,252 @@
+"""Query helpers. Each takes an open session; the caller opens, commits and closes it."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterable, Mapping, Sequence
+
+from sqlalchemy import and_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from db.models import (
+    Candidate,
+    CopyReference,
+    DispatchTable,
+    Environment,
+    GpuModel,
+    Measurement,
+    SweepRun,
+    utcnow,
+)
+
+MEASUREMENT_FIELDS = (
+    "status", "median_us", "p20_us", "p80_us", "repetitions", "gbps", "registers", "spill_bytes",
+    "static_smem", "dynamic_smem", "threads_per_block", "blocks_per_sm", "occupancy",
+    "max_rel_error", "compile_seconds", "error",
+)
+
+
+def _get_or_create(session: Session, model: type, lookup: Mapping[str, Any], values: Mapping[str, Any]):
+    """Row matching ``lookup``, created with ``values`` if absent; safe against a concurrent insert."""
+    statement = select(model).filter_by(**lookup)
+    row = session.scalars(statement).first()
+    if row is not None:
+        return row
+    try:
+        with session.begin_nested():
+            row = model(**lookup, **values)
+            session.add(row)
+        return row
+    except IntegrityError:
+        return session.scalars(statement).one()
+
+
+def get_or_create_gpu(session: Session, key: str, name: str, **details: Any) -> GpuModel:
+    gpu = _get_or_create(session, GpuModel, {"key": key}, {"name": name, **details})
+    for field, value in details.items():
+        if value is not None and getattr(gpu, field) is None:
+            setattr(gpu, field, value)
+    return gpu
+
+
+def get_or_create_environment(session: Session, fingerprint: str, **versions: Any) -> Environment:
+    return _get_or_create(session, Environment, {"fingerprint": fingerprint}, versions)
+
+
+def get_or_create_candidate(
+    session: Session, variant: str, config_key: str, config: Mapping[str, Any], source_hash: str
+) -> Candidate:
+    return _get_or_create(
+        session,
+        Candidate,
+        {"variant": variant, "config_key": config_key, "source_hash": source_hash},
+        {"config": dict(config)},
+    )
+
+
+def gpu_by_key(session: Session, key: str) -> GpuModel | None:
+    return session.scalars(select(GpuModel).where(GpuModel.key == key)).first()
+
+
+def list_gpus(session: Session) -> list[GpuModel]:
+    return list(session.scalars(select(GpuModel).order_by(GpuModel.key)))
+
+
+def create_run(
+    session: Session, gpu: GpuModel, environment: Environment, timing_method: str, **details: Any
+) -> SweepRun:
+    run = SweepRun(gpu_model=gpu, environment=environment, timing_method=timing_method, **details)
+    session.add(run)
+    session.flush()
+    return run
+
+
+def finish_run(session: Session, run_id: int, status: str) -> None:
+    session.execute(
+        update(SweepRun).where(SweepRun.id == run_id).values(status=status, finished_at=utcnow())
+    )
+
+
+def record_measurement(
+    session: Session, run_id: int, candidate_id: int, m: int, n: int, dtype: str, **fields: Any
+) -> Measurement:
+    """Insert or overwrite the row for (run, candidate, shape): re-recording is idempotent."""
+    unknown = set(fields) - set(MEASUREMENT_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown measurement fields: {sorted(unknown)}")
+    key = {"run_id": run_id, "candidate_id": candidate_id, "m": m, "n": n, "dtype": dtype}
+    row = session.scalars(select(Measurement).filter_by(**key)).first()
+    if row is None:
+        row = Measurement(**key)
+        session.add(row)
+    for field in MEASUREMENT_FIELDS:
+        setattr(row, field, fields.get(field))
+    session.flush()
+    return row
+
+
+def record_copy_reference(session: Session, run_id: int, m: int, n: int, dtype: str, **fields: Any) -> CopyReference:
+    key = {"run_id": run_id, "m": m, "n": n, "dtype": dtype}
+    row = session.scalars(select(CopyReference).filter_by(**key)).first()
+    if row is None:
+        row = CopyReference(**key)
+        session.add(row)
+    for field in ("median_us", "p20_us", "p80_us", "repetitions", "gbps"):
+        setattr(row, field, fields.get(field))
+    session.flush()
+    return row
+
+
+def measured_keys(
+    session: Session, gpu_id: int, environment_id: int, timing_method: str
+) -> set[tuple[int, int, int, str]]:
+    """(candidate_id, m, n, dtype) already measured for this GPU, environment and method, in any
+    run: what a rerun skips. Failed rows count as measured (a rerun does not retry them)."""
+    statement = (
+        select(Measurement.candidate_id, Measurement.m, Measurement.n, Measurement.dtype)
+        .join(SweepRun, Measurement.run_id == SweepRun.id)
+        .where(
+            SweepRun.gpu_model_id == gpu_id,
+            SweepRun.environment_id == environment_id,
+            SweepRun.timing_method == timing_method,
+        )
+    )
+    return {tuple(row) for row in session.execute(statement)}
+
+
+def copied_keys(session: Session, gpu_id: int, environment_id: int, timing_method: str) -> set[tuple[int, int, str]]:
+    statement = (
+        select(CopyReference.m, CopyReference.n, CopyReference.dtype)
+        .join(SweepRun, CopyReference.run_id == SweepRun.id)
+        .where(
+            SweepRun.gpu_model_id == gpu_id,
+            SweepRun.environment_id == environment_id,
+            SweepRun.timing_method == timing_method,
+        )
+    )
+    return {tuple(row) for row in session.execute(statement)}
+
+
+def measurements_for(
+    session: Session,
+    gpu_key: str,
+    dtype: str | None = None,
+    timing_method: str | None = None,
+    environment_id: int | None = None,
+    run_ids: Sequence[int] | None = None,
+) -> list[tuple[Measurement, Candidate, SweepRun]]:
+    """Measurements of one GPU model (any status), newest run first, with candidate and run."""
+    conditions = [GpuModel.key == gpu_key]
+    if dtype is not None:
+        conditions.append(Measurement.dtype == dtype)
+    if timing_method is not None:
+        conditions.append(SweepRun.timing_method == timing_method)
+    if environment_id is not None:
+        conditions.append(SweepRun.environment_id == environment_id)
+    if run_ids is not None:
+        conditions.append(SweepRun.id.in_(list(run_ids)))
+    statement = (
+        select(Measurement, Candidate, SweepRun)
+        .join(Candidate, Measurement.candidate_id == Candidate.id)
+        .join(SweepRun, Measurement.run_id == SweepRun.id)
+        .join(GpuModel, SweepRun.gpu_model_id == GpuModel.id)
+        .where(and_(*conditions))
+        .order_by(SweepRun.id.desc(), Measurement.id)
+    )
+    return [tuple(row) for row in session.execute(statement)]
+
+
+def copy_references_for(
+    session: Session, gpu_key: str, dtype: str | None = None, timing_method: str | None = None
+) -> list[CopyReference]:
+    statement = (
+        select(CopyReference)
+        .join(SweepRun, CopyReference.run_id == SweepRun.id)
+        .join(GpuModel, SweepRun.gpu_model_id == GpuModel.id)
+        .where(GpuModel.key == gpu_key)
+        .order_by(SweepRun.id.desc())
+    )
+    if dtype is not None:
+        statement = statement.where(CopyReference.dtype == dtype)
+    if timing_method is not None:
+        statement = statement.where(SweepRun.timing_method == timing_method)
+    return list(session.scalars(statement))
+
+
+def save_table(
+    session: Session,
+    gpu: GpuModel,
+    dtype: str,
+    timing_method: str,
+    payload: dict[str, Any],
+    *,
+    source_runs: Iterable[int],
+    candidate_count: int,
+    regret: Mapping[str, float | None] | None = None,
+    environment_id: int | None = None,
+) -> DispatchTable:
+    """Store a fitted table as the current one for (gpu, dtype, method); older ones stay as history."""
+    session.execute(
+        update(DispatchTable)
+        .where(
+            DispatchTable.gpu_model_id == gpu.id,
+            DispatchTable.dtype == dtype,
+            DispatchTable.timing_method == timing_method,
+        )
+        .values(is_current=False)
+    )
+    regret = regret or {}
+    table = DispatchTable(
+        gpu_model=gpu,
+        dtype=dtype,
+        timing_method=timing_method,
+        format_version=int(payload.get("format_version", 1)),
+        source_runs=sorted(set(source_runs)),
+        environment_id=environment_id,
+        candidate_count=candidate_count,
+        regret_geomean=regret.get("geomean"),
+        regret_p95=regret.get("p95"),
+        regret_max=regret.get("max"),
+        is_current=True,
+        payload=payload,
+    )
+    session.add(table)
+    session.flush()
+    return table
+
+
+def current_tables(session: Session, gpu_key: str | None = None) -> list[DispatchTable]:
+    statement = (
+        select(DispatchTable)
+        .join(GpuModel, DispatchTable.gpu_model_id == GpuModel.id)
+        .where(DispatchTable.is_current.is_(True))
+        .order_by(GpuModel.key, DispatchTable.dtype, DispatchTable.timing_method)
+    )
+    if gpu_key is not None:
+        statement = statement.where(GpuModel.key == gpu_key)
+    return list(session.scalars(statement))
+
+
+def latest_table_time(session: Session) -> datetime | None:
+    """When the newest table was stored: lets a server notice a refit without restarting."""
+    return session.scalars(select(DispatchTable.created_at).order_by(DispatchTable.id.desc())).first()

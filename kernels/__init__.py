@@ -1,0 +1,107 @@
+"""Softmax kernel variants: CUDA C++ (through CuPy), Triton, CuTe DSL, torch and third-party peers.
+
+``all_variants()`` is the registry. Importing this package imports neither torch, CuPy nor Triton;
+a variant module that cannot be imported here (no Triton, say) is listed as unavailable with the
+reason instead of breaking the registry.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+from functools import lru_cache
+
+from kernels.base import (
+    DTYPES,
+    Build,
+    KernelConfig,
+    Resources,
+    Support,
+    Variant,
+    normalize_dtype,
+)
+
+log = logging.getLogger(__name__)
+
+# (module, class) of every registered variant, in the order `autotuner kernels` lists them.
+_REGISTRY: tuple[tuple[str, str], ...] = (
+    ("kernels.torch_baseline", "TorchSoftmax"),
+    ("kernels.cuda.block_online", "BlockOnlineCuda"),
+    ("kernels.triton_impl.fused_row", "TritonFusedRow"),
+)
+
+_extra: list[Variant] = []
+
+
+class UnimportableVariant(Variant):
+    """Stands in for a variant whose module failed to import, so listings can say why."""
+
+    backend = "unknown"
+
+    def __init__(self, name: str, reason: str):
+        self._name = name
+        self._reason = reason
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self._name
+
+    def available(self) -> Support:
+        return Support(False, self._reason)
+
+    def all_configs(self) -> list[KernelConfig]:
+        return []
+
+    def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
+        raise RuntimeError(self._reason)
+
+
+@lru_cache(maxsize=1)
+def _registered() -> tuple[Variant, ...]:
+    variants: list[Variant] = []
+    for module_name, class_name in _REGISTRY:
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+            variants.append(cls())
+        except Exception as exc:  # an optional backend missing must not hide the others
+            log.warning("variant %s.%s not importable: %s", module_name, class_name, exc)
+            variants.append(UnimportableVariant(class_name, f"import failed: {type(exc).__name__}: {exc}"))
+    return tuple(variants)
+
+
+def all_variants() -> list[Variant]:
+    """Every registered variant, plus any registered at run time (tests register faulting ones)."""
+    return [*_registered(), *_extra]
+
+
+def get_variant(name: str) -> Variant:
+    for variant in all_variants():
+        if variant.name == name:
+            return variant
+    known = ", ".join(v.name for v in all_variants())
+    raise KeyError(f"unknown variant {name!r}; registered: {known}")
+
+
+def register_variant(variant: Variant) -> None:
+    """Add a variant at run time (used by tests for deliberately faulting kernels)."""
+    if any(v.name == variant.name for v in all_variants()):
+        raise ValueError(f"variant {variant.name!r} is already registered")
+    _extra.append(variant)
+
+
+def unregister_variant(name: str) -> None:
+    _extra[:] = [v for v in _extra if v.name != name]
+
+
+__all__ = [
+    "DTYPES",
+    "Build",
+    "KernelConfig",
+    "Resources",
+    "Support",
+    "Variant",
+    "all_variants",
+    "get_variant",
+    "normalize_dtype",
+    "register_variant",
+    "unregister_variant",
+]

@@ -1,0 +1,228 @@
+"""The contract every softmax variant honours.
+
+A *variant* is one algorithm (warp-per-row, split-row, Triton tiled, ...). A *config* is one set of
+launch parameters of that variant (block size, elements per thread, num_warps, ...). A *build* is a
+variant compiled for one (config, dtype): the thing that launches, plus the resources the compiler and
+the driver report for it.
+
+Contracts, for every variant:
+- input ``x`` is a 2-D CUDA tensor (M, N) of the declared dtype, contiguous in its last dimension; the
+  caller (autotuner) makes it so. ``out`` has the same shape and dtype and is contiguous.
+- softmax is taken over the last dimension, accumulated in fp32, written in the input dtype.
+- M = 0 writes nothing; N = 1 gives 1.0 (or NaN where the input is NaN / +inf, as torch does).
+- ``launch`` enqueues on torch's current CUDA stream and never synchronises, never allocates per call
+  (workspaces are allocated once by ``build`` or grown and cached by the variant).
+- ``supports`` is cheap and never compiles: it is how the sweep skips candidates before building.
+"""
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterable, Mapping
+
+DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
+DTYPE_BYTES: Mapping[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
+DTYPE_ALIASES: Mapping[str, str] = {
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16",
+}
+
+
+def normalize_dtype(name: str) -> str:
+    """Map a dtype spelling (``float16``, ``half``, ``torch.bfloat16``...) to fp32 / fp16 / bf16."""
+    key = str(name).strip().lower().removeprefix("torch.")
+    try:
+        return DTYPE_ALIASES[key]
+    except KeyError:
+        raise ValueError(
+            f"unknown dtype {name!r}; accepted: {', '.join(sorted(DTYPE_ALIASES))}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One launch configuration: an ordered, hashable set of named integer/string parameters.
+
+    ``key`` (``"block=256,vec=4"``) is stable and is what the database stores; ``from_key`` parses it.
+    """
+
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, **params: Any) -> "KernelConfig":
+        return cls(tuple(params.items()))
+
+    @classmethod
+    def from_dict(cls, params: Mapping[str, Any]) -> "KernelConfig":
+        return cls(tuple(params.items()))
+
+    @classmethod
+    def from_key(cls, key: str) -> "KernelConfig":
+        if not key:
+            return cls()
+        items = []
+        for part in key.split(","):
+            name, _, value = part.partition("=")
+            items.append((name, int(value) if value.lstrip("-").isdigit() else value))
+        return cls(tuple(items))
+
+    def __getitem__(self, name: str) -> Any:
+        for key, value in self.params:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    @property
+    def key(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.params)
+
+    def __str__(self) -> str:
+        return self.key or "default"
+
+
+@dataclass(frozen=True)
+class Support:
+    """Whether a variant (or one of its configs) can run a shape; ``reason`` says why not."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+SUPPORTED = Support(True)
+
+
+def unsupported(reason: str) -> Support:
+    return Support(False, reason)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What the compiler and the driver report for one build. ``None`` where not applicable
+    (torch.softmax has no registers we can read)."""
+
+    registers: int | None = None
+    spill_bytes: int | None = None  # local memory per thread (CuPy local_size_bytes, Triton n_spills*4)
+    static_smem: int | None = None
+    dynamic_smem: int | None = None
+    threads_per_block: int | None = None
+    blocks_per_sm: int | None = None  # cuOccupancyMaxActiveBlocksPerMultiprocessor
+    occupancy: float | None = None  # active warps / max warps per SM, 0..1
+    compile_seconds: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class Build:
+    """A compiled (variant, config, dtype). ``launch(x, out)`` enqueues the softmax of x into out.
+
+    ``resources`` may depend on N for kernels whose dynamic shared memory is sized from N; the variant
+    reports the figures for the N it was built for (``n_hint``) and recomputes occupancy per launch
+    shape only in ``resources_for``.
+    """
+
+    variant: str
+    config: KernelConfig
+    dtype: str
+    launch: Callable[[Any, Any], None]
+    resources: Resources = field(default_factory=Resources)
+
+
+class Variant(ABC):
+    """One softmax algorithm. Subclasses set the class attributes and implement the four methods."""
+
+    name: ClassVar[str]
+    seed: ClassVar[str] = ""  # which seed document (000..004) or "torch" / "beyond-seeds"
+    backend: ClassVar[str]  # "cuda" | "triton" | "torch" | "cute" | "external"
+    dtypes: ClassVar[tuple[str, ...]] = DTYPES
+    description: ClassVar[str] = ""
+
+    def available(self) -> Support:
+        """Can this variant run on this machine at all (GPU present, package importable)?"""
+        return SUPPORTED
+
+    @abstractmethod
+    def all_configs(self) -> list[KernelConfig]:
+        """Every launch configuration this variant declares (what ``autotuner kernels`` lists)."""
+
+    def configs(self, m: int, n: int, dtype: str) -> list[KernelConfig]:
+        """The configs worth sweeping for this shape: those of ``all_configs`` that support it."""
+        return [c for c in self.all_configs() if self.supports(m, n, dtype, c)]
+
+    def constraints(self, config: KernelConfig, dtype: str) -> dict[str, int]:
+        """Shape limits of one config as plain data, so that a dispatch table can check them without
+        importing this package: any of ``n_min``, ``n_max``, ``n_multiple_of``, ``m_min``, ``m_max``.
+        The default is no limit beyond a valid shape."""
+        return {}
+
+    def supports(self, m: int, n: int, dtype: str, config: KernelConfig | None = None) -> Support:
+        """Cheap, no compile: dtype declared, a valid shape, and the config's ``constraints``."""
+        if dtype not in self.dtypes:
+            return unsupported(f"{self.name} supports dtypes {', '.join(self.dtypes)}, not {dtype}")
+        if m < 0 or n < 1:
+            return unsupported(f"shape ({m}, {n}) is not a valid softmax shape (need M >= 0, N >= 1)")
+        if config is not None:
+            return check_constraints(self.constraints(config, dtype), m, n)
+        return SUPPORTED
+
+    @abstractmethod
+    def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
+        """Compile (cached) and return a launchable build for rows of length ``n``."""
+
+    def source_hash(self) -> str:
+        """Hash of everything that defines the generated code; stored with every measurement."""
+        return hash_files(self.source_files()) if self.source_files() else hash_text(self.name)
+
+    def source_files(self) -> list[Path]:
+        return []
+
+
+def check_constraints(limits: dict[str, int], m: int, n: int) -> Support:
+    """Apply a ``constraints`` dict to a shape; the reason names the limit that failed."""
+    if n < limits.get("n_min", 1):
+        return unsupported(f"N={n} is below this config's minimum {limits['n_min']}")
+    if "n_max" in limits and n > limits["n_max"]:
+        return unsupported(f"N={n} is above this config's maximum {limits['n_max']}")
+    if n % limits.get("n_multiple_of", 1):
+        return unsupported(f"N={n} is not a multiple of {limits['n_multiple_of']} (vector width)")
+    if m < limits.get("m_min", 0):
+        return unsupported(f"M={m} is below this config's minimum {limits['m_min']}")
+    if "m_max" in limits and m > limits["m_max"]:
+        return unsupported(f"M={m} is above this config's maximum {limits['m_max']}")
+    return SUPPORTED
+
+
+def hash_text(*parts: str) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def hash_files(paths: Iterable[Path]) -> str:
+    return hash_text(*(Path(p).read_text() for p in paths))
+
+
+def next_power_of_two(value: int) -> int:
+    return 1 << max(0, (int(value) - 1).bit_length())
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)

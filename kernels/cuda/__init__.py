@@ -1,0 +1,1 @@
+"""CUDA C++ softmax variants, compiled at run time through CuPy (NVRTC, nvcc as fallback)."""

@@ -1,0 +1,153 @@
+"""Run-time compilation and launch of the CUDA C++ sources beside this file, through CuPy.
+
+Device source lives in ``*.cu`` files here; each kernel is a template whose instance name carries every
+compile-time parameter (``softmax_block_row<__nv_bfloat16, 256, 8>``), and that name is the cache key
+together with a hash of the source and the toolchain versions.
+
+CuPy and torch are imported lazily: importing ``kernels`` must work on a machine without either.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from kernels.base import Resources, hash_text
+
+log = logging.getLogger(__name__)
+
+SOURCE_DIR = Path(__file__).resolve().parent
+
+CUDA_TYPE: dict[str, str] = {"fp32": "float", "fp16": "__half", "bf16": "__nv_bfloat16"}
+
+_lock = threading.Lock()
+_modules: dict[tuple[str, str, str], Any] = {}
+_functions: dict[tuple[str, str, str], tuple[Any, float]] = {}
+
+
+def cupy_available() -> tuple[bool, str]:
+    try:
+        import cupy  # noqa: F401
+        import cupy.cuda.runtime as rt
+
+        if rt.getDeviceCount() < 1:
+            return False, "CuPy found no CUDA device"
+    except Exception as exc:  # ImportError, CUDARuntimeError, missing libcuda
+        return False, f"CuPy is not usable here: {type(exc).__name__}: {exc}"
+    return True, ""
+
+
+def source_text(file_name: str) -> str:
+    return (SOURCE_DIR / file_name).read_text()
+
+
+@functools.lru_cache(maxsize=None)
+def toolchain_fingerprint() -> str:
+    """CuPy, CUDA runtime and device arch: part of every compile-cache key."""
+    import cupy
+
+    device = cupy.cuda.Device()
+    cc = device.compute_capability
+    return f"cupy={cupy.__version__};cuda={cupy.cuda.runtime.runtimeGetVersion()};sm={cc}"
+
+
+def _compile_options() -> tuple[str, ...]:
+    return ("--std=c++17", "-default-device")
+
+
+def get_function(file_name: str, name_expression: str, code: str | None = None) -> tuple[Any, float]:
+    """The compiled kernel for one template instance, and the seconds its compile took.
+
+    Cached by (file, instance name, hash of the code and toolchain); ``code`` defaults to the file's
+    text (callers pass it when they inline a shared header).
+    """
+    code = source_text(file_name) if code is None else code
+    key = (file_name, name_expression, hash_text(code, toolchain_fingerprint()))
+    with _lock:
+        cached = _functions.get(key)
+        if cached is not None:
+            return cached
+        import cupy
+
+        started = time.perf_counter()
+        try:
+            module = cupy.RawModule(code=code, options=_compile_options(), name_expressions=(name_expression,))
+            function = module.get_function(name_expression)
+        except Exception as nvrtc_error:  # NVRTC lacks a header, or a toolkit mismatch: try nvcc
+            log.info("NVRTC failed on %s (%s); retrying with nvcc", name_expression, nvrtc_error)
+            module = cupy.RawModule(
+                code=code, options=("--std=c++17",), name_expressions=(name_expression,), backend="nvcc"
+            )
+            function = module.get_function(name_expression)
+        seconds = time.perf_counter() - started
+        _modules[key] = module  # the function is only valid while its module lives
+        _functions[key] = (function, seconds)
+        return _functions[key]
+
+
+@functools.lru_cache(maxsize=None)
+def _device_limits(device_id: int) -> tuple[int, int, int]:
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(device_id)
+    return (
+        int(props["maxThreadsPerMultiProcessor"]),
+        int(props["sharedMemPerBlockOptin"]),
+        int(props["multiProcessorCount"]),
+    )
+
+
+def device_limits() -> tuple[int, int, int]:
+    """(max threads per SM, opt-in shared memory per block, SM count) of the current device."""
+    import cupy
+
+    return _device_limits(cupy.cuda.Device().id)
+
+
+def set_dynamic_smem(function: Any, dynamic_smem: int) -> None:
+    """Raise the kernel's dynamic shared-memory limit where a launch needs more than 48 KB."""
+    if dynamic_smem > 48 * 1024 and function.max_dynamic_shared_size_bytes < dynamic_smem:
+        function.max_dynamic_shared_size_bytes = dynamic_smem
+
+
+def resources_of(function: Any, threads: int, dynamic_smem: int = 0, compile_seconds: float | None = None) -> Resources:
+    """Registers, spills, shared memory and occupancy of a compiled CuPy function at one launch size."""
+    import cupy
+
+    set_dynamic_smem(function, dynamic_smem)
+    blocks = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, dynamic_smem)
+    max_threads, _, _ = device_limits()
+    return Resources(
+        registers=int(function.num_regs),
+        spill_bytes=int(function.local_size_bytes),
+        static_smem=int(function.shared_size_bytes),
+        dynamic_smem=int(dynamic_smem),
+        threads_per_block=int(threads),
+        blocks_per_sm=int(blocks),
+        occupancy=min(1.0, blocks * threads / max_threads),
+        compile_seconds=compile_seconds,
+    )
+
+
+_streams: dict[int, Any] = {}
+
+
+def current_stream() -> Any:
+    """CuPy's view of torch's current stream, cached by handle (creating one per launch costs µs)."""
+    import cupy
+    import torch
+
+    handle = torch.cuda.current_stream().cuda_stream
+    stream = _streams.get(handle)
+    if stream is None:
+        stream = _streams[handle] = cupy.cuda.ExternalStream(handle)
+    return stream
+
+
+def launch(function: Any, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, dynamic_smem: int = 0) -> None:
+    """Enqueue ``function`` on torch's current stream. Pointers go as ``numpy.uint64``, sizes as
+    ``numpy.int32`` / ``numpy.int64`` so CuPy passes them with the kernel's exact parameter types."""
+    function(grid, block, args, shared_mem=dynamic_smem, stream=current_stream())

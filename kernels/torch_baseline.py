@@ -1,0 +1,33 @@
+"""``torch.softmax`` as a candidate: the baseline every other variant must beat to be chosen."""
+from __future__ import annotations
+
+from typing import Any
+
+from kernels.base import SUPPORTED, Build, KernelConfig, Resources, Support, Variant
+
+
+class TorchSoftmax(Variant):
+    name = "torch_softmax"
+    seed = "torch"
+    backend = "torch"
+    description = "torch.softmax(x, -1, out=...) as shipped with PyTorch"
+
+    def available(self) -> Support:
+        try:
+            import torch
+        except ImportError as exc:
+            return Support(False, f"torch not importable: {exc}")
+        if not torch.cuda.is_available():
+            return Support(False, "torch sees no CUDA device")
+        return SUPPORTED
+
+    def all_configs(self) -> list[KernelConfig]:
+        return [KernelConfig()]
+
+    def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
+        import torch
+
+        def launch(x: Any, out: Any) -> None:
+            torch.softmax(x, dim=-1, out=out)
+
+        return Build(self.name, config, dtype, launch, Resources())
