@@ -25,8 +25,26 @@ log = logging.getLogger(__name__)
 # (module, class) of every registered variant, in the order `autotuner kernels` lists them.
 _REGISTRY: tuple[tuple[str, str], ...] = (
     ("kernels.torch_baseline", "TorchSoftmax"),
+    # CUDA C++ through CuPy: row held in registers
+    ("kernels.cuda.warp_row", "WarpRowCuda"),
+    ("kernels.cuda.block_fused", "BlockFusedCuda"),
     ("kernels.cuda.block_online", "BlockOnlineCuda"),
+    ("kernels.cuda.packed16", "Packed16Cuda"),
+    # CUDA C++: rows larger than one block's registers
+    ("kernels.cuda.two_pass", "TwoPassCuda"),
+    ("kernels.cuda.split_row", "SplitRowCuda"),
+    ("kernels.cuda.smem_cache", "SmemCacheMediumCuda"),
+    ("kernels.cuda.smem_cache", "SmemCacheExtremeCuda"),
+    ("kernels.cuda.cluster_split", "ClusterSplitCuda"),
+    # Triton
     ("kernels.triton_impl.fused_row", "TritonFusedRow"),
+    ("kernels.triton_impl.tiled", "TritonTiledThreePass"),
+    ("kernels.triton_impl.online_tiled", "TritonOnlineTwoPass"),
+    ("kernels.triton_impl.split_row", "TritonSplitRow"),
+    # optional and third-party
+    ("kernels.cute_online", "CuteOnline"),
+    ("kernels.external", "QuackSoftmax"),
+    ("kernels.external", "LigerSoftmax"),
 )
 
 _extra: list[Variant] = []
