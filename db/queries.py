@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -250,3 +250,100 @@ def current_tables(session: Session, gpu_key: str | None = None) -> list[Dispatc
 def latest_table_time(session: Session) -> datetime | None:
     """When the newest table was stored: lets a server notice a refit without restarting."""
     return session.scalars(select(DispatchTable.created_at).order_by(DispatchTable.id.desc())).first()
+
+
+# --- Helpers for the exchange format and the HTTP service (added; the functions above are unchanged) ---
+
+
+def list_runs(session: Session, run_ids: Sequence[int] | None = None, gpu_key: str | None = None) -> list[SweepRun]:
+    """Sweep runs in id order, optionally only those ids and/or those of one GPU model."""
+    statement = select(SweepRun).join(GpuModel, SweepRun.gpu_model_id == GpuModel.id).order_by(SweepRun.id)
+    if run_ids is not None:
+        statement = statement.where(SweepRun.id.in_(list(run_ids)))
+    if gpu_key is not None:
+        statement = statement.where(GpuModel.key == gpu_key)
+    return list(session.scalars(statement))
+
+
+def find_run(
+    session: Session, gpu_id: int, environment_id: int, timing_method: str, started_at: datetime, host: str | None
+) -> SweepRun | None:
+    """The run with this identity, if one exists: an imported run is matched by it, so that uploading
+    the same export twice rewrites the same rows instead of duplicating them."""
+    statement = select(SweepRun).where(
+        SweepRun.gpu_model_id == gpu_id,
+        SweepRun.environment_id == environment_id,
+        SweepRun.timing_method == timing_method,
+        SweepRun.started_at == started_at,
+        SweepRun.host.is_(None) if host is None else SweepRun.host == host,
+    )
+    return session.scalars(statement.order_by(SweepRun.id)).first()
+
+
+def measurements_of_run(session: Session, run_id: int) -> list[tuple[Measurement, Candidate]]:
+    statement = (
+        select(Measurement, Candidate)
+        .join(Candidate, Measurement.candidate_id == Candidate.id)
+        .where(Measurement.run_id == run_id)
+        .order_by(Measurement.id)
+    )
+    return [tuple(row) for row in session.execute(statement)]
+
+
+def copy_references_of_run(session: Session, run_id: int) -> list[CopyReference]:
+    statement = select(CopyReference).where(CopyReference.run_id == run_id).order_by(CopyReference.id)
+    return list(session.scalars(statement))
+
+
+def search_measurements(
+    session: Session,
+    *,
+    gpu_key: str | None = None,
+    dtype: str | None = None,
+    variant: str | None = None,
+    status: str | None = None,
+    m: int | None = None,
+    n: int | None = None,
+    timing_method: str | None = None,
+    run_id: int | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> tuple[int, list[tuple[Measurement, Candidate, SweepRun, GpuModel]]]:
+    """One page of measurements matching every given filter, in id order, and the total that match."""
+    conditions = []
+    if gpu_key is not None:
+        conditions.append(GpuModel.key == gpu_key)
+    if dtype is not None:
+        conditions.append(Measurement.dtype == dtype)
+    if variant is not None:
+        conditions.append(Candidate.variant == variant)
+    if status is not None:
+        conditions.append(Measurement.status == status)
+    if m is not None:
+        conditions.append(Measurement.m == m)
+    if n is not None:
+        conditions.append(Measurement.n == n)
+    if timing_method is not None:
+        conditions.append(SweepRun.timing_method == timing_method)
+    if run_id is not None:
+        conditions.append(Measurement.run_id == run_id)
+
+    def joined(statement):  # noqa: ANN001, ANN202 - a Select of either shape
+        return (
+            statement.join(Candidate, Measurement.candidate_id == Candidate.id)
+            .join(SweepRun, Measurement.run_id == SweepRun.id)
+            .join(GpuModel, SweepRun.gpu_model_id == GpuModel.id)
+            .where(*conditions)
+        )
+
+    total = session.scalar(joined(select(func.count()).select_from(Measurement))) or 0
+    page = joined(select(Measurement, Candidate, SweepRun, GpuModel)).order_by(Measurement.id).limit(limit).offset(offset)
+    return total, [tuple(row) for row in session.execute(page)]
+
+
+def current_tables_stamp(session: Session) -> tuple[int | None, int]:
+    """(newest table id, number of current tables): changes whenever a table is saved or a current one
+    removed, so a server compares it to decide whether to reload (cheaper than reading payloads)."""
+    newest = session.scalar(select(func.max(DispatchTable.id)))
+    current = session.scalar(select(func.count()).select_from(DispatchTable).where(DispatchTable.is_current.is_(True)))
+    return newest, int(current or 0)

@@ -152,3 +152,148 @@ __device__ __forceinline__ void store_pack(T* __restrict__ p, const float (&in)[
 }
 
 }  // namespace smx
+
+// ---------------------------------------------------------------------------------------------
+// Register-resident rows (warp_row, block_fused, block_online, packed16). Additive: nothing above
+// depends on it.
+namespace smx {
+
+// exp2 as one MUFU.EX2; flushes results below 2^-126 to 0, which is below every atol.
+__device__ __forceinline__ float exp2_approx(float v) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+    return r;
+}
+// The shift a row (or a thread's part of it) is exponentiated against: its max, or 0 when the max
+// is -inf (all -inf / masked) so that exp(-inf - shift) is 0, not NaN.
+__device__ __forceinline__ float exp_base(float m) { return m == SOFTMAX_NEG_INF ? 0.0f : m; }
+// exp(v - base) with the subtraction done first: exact for the max element even at |x| ~ 1e30,
+// where fmaf(v, log2e, -base * log2e) is off by an ulp of base * log2e (and overflows).
+__device__ __forceinline__ float exp_from(float v, float base) { return exp2_approx((v - base) * SOFTMAX_LOG2E); }
+
+template <typename T> __device__ __forceinline__ T neg_inf();
+template <> __device__ __forceinline__ float neg_inf<float>() { return SOFTMAX_NEG_INF; }
+template <> __device__ __forceinline__ __half neg_inf<__half>() { return __ushort_as_half((unsigned short)0xFC00U); }
+template <> __device__ __forceinline__ __nv_bfloat16 neg_inf<__nv_bfloat16>() {
+    return __ushort_as_bfloat16((unsigned short)0xFF80U);
+}
+
+template <typename T, int VEC> __device__ __forceinline__ Pack<T, VEC> ldg_pack(const T* p) {
+    using Raw = typename RawVec<sizeof(T) * VEC>::type;
+    union {
+        Raw raw;
+        Pack<T, VEC> pack;
+    } u;
+    u.raw = __ldg(reinterpret_cast<const Raw*>(p));
+    return u.pack;
+}
+template <typename T, int VEC> __device__ __forceinline__ void st_pack(T* p, const Pack<T, VEC>& v) {
+    using Raw = typename RawVec<sizeof(T) * VEC>::type;
+    union {
+        Raw raw;
+        Pack<T, VEC> pack;
+    } u;
+    u.pack = v;
+    *reinterpret_cast<Raw*>(p) = u.raw;
+}
+
+// A row of n elements split at the VEC-element boundaries of its *input* address: `head` scalars up
+// to the first boundary, `vecs` aligned vectors, `tail` scalars after them. Any N and any row start
+// (odd N, an offset view) then loads full-width vectors. n = 0 gives an empty split.
+struct RowSplit {
+    int head;
+    int vecs;
+    int tail;
+};
+template <typename T, int VEC> __device__ __forceinline__ RowSplit row_split(const T* row, int n) {
+    const int mis = static_cast<int>((reinterpret_cast<unsigned long long>(row) / sizeof(T)) & (VEC - 1));
+    RowSplit s;
+    s.head = min(mis ? VEC - mis : 0, n);
+    s.vecs = (n - s.head) / VEC;
+    s.tail = n - s.head - s.vecs * VEC;
+    return s;
+}
+// Whether y's rows are VEC-aligned wherever x's are (the same offset from a 16-byte boundary);
+// if not, the body is stored element by element.
+template <typename T, int VEC> __device__ __forceinline__ bool same_alignment(const T* x, const T* y) {
+    return ((reinterpret_cast<unsigned long long>(x) ^ reinterpret_cast<unsigned long long>(y)) &
+            (sizeof(T) * VEC - 1)) == 0;
+}
+
+// The part of a row that one of LANES cooperating threads holds: ITEMS body vectors (vector index
+// lane + i * LANES, coalesced, kept in the input type so 16-bit rows take half the registers) and
+// EXTRA head/tail scalars as float (extra element k = lane + j * LANES). Slots past the row hold
+// -inf, so max and exp-sum loops run unpredicated and contribute (-inf, 0).
+template <typename T, int VEC, int ITEMS, int LANES> struct RowTile {
+    static constexpr int EXTRA = VEC == 1 ? 0 : (2 * (VEC - 1) + LANES - 1) / LANES;
+    Pack<T, VEC> v[ITEMS];
+    float e[EXTRA > 0 ? EXTRA : 1];
+
+    __device__ __forceinline__ void load(const T* __restrict__ row, RowSplit s, int lane) {
+        Pack<T, VEC> fill;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) fill.v[j] = neg_inf<T>();
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const int vi = lane + i * LANES;
+            v[i] = vi < s.vecs ? ldg_pack<T, VEC>(row + s.head + vi * VEC) : fill;
+        }
+#pragma unroll
+        for (int j = 0; j < EXTRA; ++j) {
+            const int k = lane + j * LANES;
+            e[j] = k < s.head + s.tail ? to_float<T>(row[k < s.head ? k : k + s.vecs * VEC]) : SOFTMAX_NEG_INF;
+        }
+    }
+
+    // f(value) for every slot, masked ones included (as -inf).
+    template <typename F> __device__ __forceinline__ void for_each(F f) const {
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) f(to_float<T>(v[i].v[j]));
+#pragma unroll
+        for (int j = 0; j < EXTRA; ++j) f(e[j]);
+    }
+    // Replace every slot by f(value); exact only for float rows (16-bit slots would round).
+    template <typename F> __device__ __forceinline__ void apply(F f) {
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) v[i].v[j] = from_float<T>(f(to_float<T>(v[i].v[j])));
+#pragma unroll
+        for (int j = 0; j < EXTRA; ++j) e[j] = f(e[j]);
+    }
+    __device__ __forceinline__ float max() const {
+        float m = SOFTMAX_NEG_INF;
+        for_each([&](float a) { m = fmaxf(m, a); });
+        return m;
+    }
+
+    // Write f(value) of every slot that belongs to the row; `vec_ok` from same_alignment().
+    template <typename F>
+    __device__ __forceinline__ void store(T* __restrict__ row, RowSplit s, int lane, bool vec_ok, F f) const {
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const int vi = lane + i * LANES;
+            if (vi < s.vecs) {
+                Pack<T, VEC> out;
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) out.v[j] = from_float<T>(f(to_float<T>(v[i].v[j])));
+                T* p = row + s.head + vi * VEC;
+                if (vec_ok) {
+                    st_pack<T, VEC>(p, out);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) p[j] = out.v[j];
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < EXTRA; ++j) {
+            const int k = lane + j * LANES;
+            if (k < s.head + s.tail) row[k < s.head ? k : k + s.vecs * VEC] = from_float<T>(f(e[j]));
+        }
+    }
+};
+
+}  // namespace smx

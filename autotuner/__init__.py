@@ -1,0 +1,18 @@
+"""Softmax kernel-selection autotuner: sweep, fit, lookup, run.
+
+``select_kernel`` imports neither torch nor CuPy; ``softmax`` imports torch when first called.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from autotuner.select import KernelChoice, select_kernel
+
+__all__ = ["KernelChoice", "select_kernel", "softmax"]
+
+
+def softmax(x: Any, dim: int = -1) -> Any:
+    """Softmax over ``dim`` with the kernel the dispatch table picks for this GPU and shape."""
+    from autotuner.runtime import softmax as _softmax
+
+    return _softmax(x, dim)

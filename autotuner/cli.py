@@ -1,0 +1,250 @@
+"""The ``autotuner`` command line. Each command is a thin function over library calls; every expected
+failure (bad flag value, wrong GPU, unusable database) is one red line and a non-zero exit, no traceback.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from functools import wraps
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Find, store and serve the fastest correct softmax kernel per GPU and shape.")
+console = Console(stderr=True)
+out = Console()
+
+DbOption = Annotated[Optional[str], typer.Option("--db", help="Database URL or SQLite path (default: $AUTOTUNER_DB or ~/.local/share/softmax-autotuner/tuning.sqlite).")]
+MethodOption = Annotated[str, typer.Option("--method", help="Timing method: cold (L2 flushed), warm, graph.")]
+
+
+class UserError(Exception):
+    """An error to show as one line, exit code 2 for bad arguments and 1 otherwise."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def friendly(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn the library's expected errors into a one-line message and an exit code."""
+    from autotuner.fit import FitError
+    from autotuner.gpu import GpuMismatchError, NoGpuError
+    from autotuner.table import TableFormatError
+    from db.engine import DatabaseError
+
+    @wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except UserError as exc:
+            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(exc.code) from None
+        except (ValueError, KeyError) as exc:
+            console.print(f"[red]error:[/red] {exc.args[0] if exc.args else exc}", highlight=False)
+            raise typer.Exit(2) from None
+        except (DatabaseError, GpuMismatchError, NoGpuError, FitError, TableFormatError) as exc:
+            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def check_method(method: str) -> str:
+    from autotuner.timing import METHODS
+
+    if method not in METHODS:
+        raise UserError(f"--method {method!r} is not one of {', '.join(METHODS)}", code=2)
+    return method
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``10m``, ``1.5h`` or plain seconds → seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    value = text.strip().lower()
+    scale = units.get(value[-1:], None)
+    number = value[:-1] if scale else value
+    try:
+        seconds = float(number) * (scale or 1)
+    except ValueError:
+        raise UserError(f"--budget {text!r} is not a duration (expected e.g. 90s, 10m, 1h)", code=2) from None
+    if seconds <= 0:
+        raise UserError(f"--budget {text!r} must be positive", code=2)
+    return seconds
+
+
+@app.callback()
+def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log details to stderr.")] = False) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+@friendly
+def sweep(
+    gpu: Annotated[str, typer.Option(help="GPU model to tune (h100, h200, a100, ...) or 'auto'; must match the device.")] = "auto",
+    db: DbOption = None,
+    m: Annotated[Optional[str], typer.Option("--m", help="Comma list of M (rows), e.g. 1,32,4096. Default: the documented grid.")] = None,
+    n: Annotated[Optional[str], typer.Option("--n", help="Comma list of N (row length), e.g. 1024,32000,50257.")] = None,
+    dtype: Annotated[str, typer.Option(help="Comma list of fp32, fp16, bf16 (aliases accepted), or 'all'.")] = "all",
+    variant: Annotated[Optional[list[str]], typer.Option("--variant", help="Only these variants (repeatable).")] = None,
+    method: MethodOption = "cold",
+    device: Annotated[int, typer.Option(help="CUDA device index to sweep on.")] = 0,
+    time_cap: Annotated[float, typer.Option(help="Seconds of timing per candidate and shape, at most.")] = 0.5,
+    item_timeout: Annotated[float, typer.Option(help="Seconds before a hung candidate is killed.")] = 120.0,
+    budget: Annotated[Optional[str], typer.Option(help="Stop after this wall time (90s, 10m, 1h); shapes go coarse to fine.")] = None,
+) -> None:
+    """Verify and time every applicable kernel config on every shape; results go to the database."""
+    from autotuner import grid as grids
+    from autotuner.env import collect_environment
+    from autotuner.gpu import resolve_gpu
+    from autotuner.progress import SweepProgress
+    from autotuner.sweep import Sweep, plan, usable_variants
+    from autotuner.worker import WorkerRunner
+    from db.engine import make_engine
+    from kernels import all_variants
+
+    check_method(method)
+    ms = grids.parse_int_list(m, "--m") if m else list(grids.DEFAULT_M)
+    ns = grids.parse_int_list(n, "--n") if n else list(grids.DEFAULT_N)
+    shapes = grids.shapes(ms, ns, grids.parse_dtypes(dtype))
+    engine = make_engine(db)
+    gpu_info = resolve_gpu(gpu, device)
+    variants, skipped = usable_variants(all_variants(), variant)
+    for name, reason in skipped.items():
+        console.print(f"[yellow]skipping[/yellow] {name}: {reason}", highlight=False)
+    if not variants:
+        raise UserError("no variant can run on this machine (see the reasons above)")
+    candidates, items = plan(variants, shapes)
+    environment = collect_environment()
+    runner_sweep = Sweep(engine, gpu_info, environment, method, candidates, command=" ".join(sys.argv),
+                         grid={"m": ms, "n": ns, "dtypes": sorted({s[2] for s in shapes})})
+    console.print(f"sweep run {runner_sweep.run_id} on {gpu_info.name} ({gpu_info.key}): {len(shapes)} shapes, "
+                  f"{len(candidates)} candidates, {len(items)} items, method {method}", highlight=False)
+    with WorkerRunner(device, method, item_timeout_s=item_timeout, time_cap_s=time_cap) as runner, \
+            SweepProgress(console, len(items)) as progress:
+        summary = runner_sweep.run(runner, items, progress.update, budget_s=parse_duration(budget) if budget else None)
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary.by_status.items())) or "nothing new"
+    console.print(f"run {summary.run_id}: measured {summary.measured} ({statuses}); "
+                  f"{summary.skipped_existing} already in the database; worker restarts {runner.restarts}", highlight=False)
+
+
+@app.command()
+@friendly
+def fit(
+    gpu: Annotated[str, typer.Option(help="GPU model whose measurements to fit (h100, ...).")],
+    db: DbOption = None,
+    dtype: Annotated[str, typer.Option(help="Comma list of dtypes or 'all'.")] = "all",
+    method: MethodOption = "cold",
+    rule: Annotated[str, typer.Option(help="Lookup rule: interp-log or nearest-log.")] = "interp-log",
+    export: Annotated[Optional[str], typer.Option(help="Also write each table as JSON into this folder.")] = None,
+) -> None:
+    """Fit dispatch tables from the measurements and print their leave-one-out regret."""
+    from pathlib import Path
+
+    from sqlalchemy.orm import Session
+
+    from autotuner.fit import FitError, fit_table
+    from autotuner.grid import parse_dtypes
+    from autotuner.gpu import validate_gpu_key
+    from autotuner.table import RULES
+    from db.engine import make_engine
+
+    check_method(method)
+    if rule not in RULES:
+        raise UserError(f"--rule {rule!r} is not one of {', '.join(RULES)}", code=2)
+    key = validate_gpu_key(gpu)
+    engine = make_engine(db)
+    report = Table("gpu", "dtype", "method", "candidates", "shapes", "regret geomean", "p95", "max")
+    fitted = 0
+    for dt in parse_dtypes(dtype):
+        with Session(engine, expire_on_commit=False) as session, session.begin():
+            try:
+                document = fit_table(session, key, dt, method, rule=rule)
+            except FitError as exc:
+                console.print(f"[yellow]{exc}[/yellow]", highlight=False)
+                continue
+        fitted += 1
+        regret = document["regret"]
+        report.add_row(key, dt, method, str(len(document["candidates"])), str(len(document["points"])),
+                       *(f"{regret[k]:.4f}" if regret[k] is not None else "-" for k in ("geomean", "p95", "max")))
+        if export:
+            folder = Path(export)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{key}_{dt}_{method}.json").write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    if not fitted:
+        raise UserError(f"nothing fitted for {key}: run `autotuner sweep --gpu {key}` first")
+    out.print(report)
+
+
+@app.command("select")
+@friendly
+def select_command(
+    m: Annotated[int, typer.Argument(help="Rows.", min=0)],
+    n: Annotated[int, typer.Argument(help="Row length.", min=1)],
+    dtype: Annotated[str, typer.Argument(help="fp32, fp16 or bf16 (aliases accepted).")],
+    gpu: Annotated[Optional[str], typer.Option(help="GPU model (default: this machine's).")] = None,
+    method: MethodOption = "cold",
+) -> None:
+    """Print the kernel the dispatch tables choose for one shape, as JSON."""
+    from autotuner.select import select_kernel
+
+    check_method(method)
+    out.print_json(json.dumps(select_kernel(m, n, dtype, gpu=gpu, timing_method=method).as_dict()))
+
+
+@app.command()
+def kernels(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False) -> None:
+    """List every registered kernel variant, its seed, dtypes, configs and whether it runs here."""
+    from autotuner.catalog import describe_variants
+
+    described = describe_variants()
+    if as_json:
+        out.print_json(json.dumps(described))
+        return
+    table = Table("variant", "seed", "backend", "dtypes", "configs", "available")
+    for entry in described:
+        table.add_row(entry["name"], entry["seed"], entry["backend"], ",".join(entry["dtypes"]), str(len(entry["configs"])),
+                      "yes" if entry["available"] else f"no: {entry['reason']}")
+    out.print(table)
+
+
+@app.command()
+@friendly
+def tables(db: DbOption = None,
+           as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False) -> None:
+    """List the shipped and fitted dispatch tables with their regret figures."""
+    from autotuner.reports import table_listing
+
+    listing = table_listing(db)
+    if as_json:
+        out.print_json(json.dumps(listing))
+        return
+    table = Table("origin", "gpu", "dtype", "method", "candidates", "shapes", "regret geomean", "p95", "max")
+    for row in listing:
+        table.add_row(row["origin"], row["gpu"], row["dtype"], row["timing_method"], str(row["candidate_count"]),
+                      str(row["shape_count"]), *(f"{row[k]:.4f}" if row[k] is not None else "-"
+                                                 for k in ("regret_geomean", "regret_p95", "regret_max")))
+    out.print(table)
+
+
+@app.command()
+@friendly
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 8000,
+    db: DbOption = None,
+) -> None:
+    """Serve /dispatch, /gpus, /tables, /kernels, /measurements and the dispatch-map page over HTTP."""
+    from service.config import Settings
+    from service.main import run
+
+    settings = Settings(database_url=db) if db else Settings()
+    run(host, port, settings)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,191 @@
+"""Fitting dispatch tables from measurements, and scoring them by cross-validated regret.
+
+For one (GPU model, dtype, timing method): take the newest "ok" time of every candidate on every shape
+(from runs of one environment: the newest, unless ``environment_id`` says otherwise), drop candidates
+that ever failed verification or faulted on this dtype (never chosen), drop rows whose source hash is
+not the variant's current source, prune candidates that never win by more than ``prune_margin``, and
+write the table document of ``autotuner/table.py``.
+
+Regret of a table on a shape = time of the candidate it chooses / best measured time there. The
+fit reports leave-one-out regret: each measured shape is answered by the table fitted without it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Sequence
+
+from sqlalchemy.orm import Session
+
+from autotuner.table import FORMAT_VERSION, DispatchTable
+from db import queries
+
+BAD_STATUSES = ("wrong", "fault")
+
+
+class FitError(RuntimeError):
+    """Nothing to fit (no measurements of that GPU/dtype/method), with what was looked for."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    variant: str
+    config_key: str
+    config: dict[str, Any]
+    m: int
+    n: int
+    median_us: float
+
+
+def select_observations(rows: Sequence[tuple[Any, Any, Any]], current_hash: Callable[[str], str | None],
+                        any_source: bool = False) -> tuple[list[Observation], set[tuple[str, str]], list[int]]:
+    """Newest ok time per (candidate, shape); the set of candidates with a bad row; the run ids used.
+
+    ``rows`` are (Measurement, Candidate, SweepRun), newest run first. ``current_hash(variant)`` is
+    the variant's source hash now (None if the variant is not registered here: its rows are skipped).
+    """
+    seen: set[tuple[str, str, int, int]] = set()
+    banned: set[tuple[str, str]] = set()
+    observations: list[Observation] = []
+    runs: set[int] = set()
+    for measurement, candidate, run in rows:
+        hash_now = current_hash(candidate.variant)
+        if hash_now is None or (not any_source and candidate.source_hash != hash_now):
+            continue
+        identity = (candidate.variant, candidate.config_key)
+        if measurement.status in BAD_STATUSES:
+            banned.add(identity)
+        key = (*identity, measurement.m, measurement.n)
+        if key in seen or measurement.status != "ok" or not measurement.median_us:
+            continue
+        seen.add(key)
+        runs.add(run.id)
+        observations.append(Observation(candidate.variant, candidate.config_key, dict(candidate.config),
+                                        measurement.m, measurement.n, float(measurement.median_us)))
+    return [o for o in observations if (o.variant, o.config_key) not in banned], banned, sorted(runs)
+
+
+def build_document(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
+                   *, gpu: str, gpu_name: str, dtype: str, timing_method: str, rule: str = "interp-log",
+                   copy_times: dict[tuple[int, int], float] | None = None, prune_margin: float = 0.01,
+                   source_runs: Sequence[int] = (), environment: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The table document for these observations (see ``autotuner/table.py``), pruned."""
+    candidate_keys = sorted({(o.variant, o.config_key) for o in observations})
+    configs = {(o.variant, o.config_key): o.config for o in observations}
+    shapes = sorted({(o.m, o.n) for o in observations})
+    times = {(o.variant, o.config_key, o.m, o.n): o.median_us for o in observations}
+    kept = prune(candidate_keys, shapes, times, prune_margin)
+    copy_times = copy_times or {}
+    return {
+        "format_version": FORMAT_VERSION,
+        "gpu": gpu, "gpu_name": gpu_name, "dtype": dtype, "timing_method": timing_method, "rule": rule,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "source_runs": list(source_runs), "environment": environment or {},
+        "candidates": [
+            {"variant": v, "config_key": k, "config": configs[(v, k)], "constraints": constraints(v, configs[(v, k)])}
+            for v, k in kept
+        ],
+        "points": [
+            {"m": m, "n": n, "copy_us": copy_times.get((m, n)), "times": [times.get((v, k, m, n)) for v, k in kept]}
+            for m, n in shapes
+        ],
+    }
+
+
+def prune(candidates: Sequence[tuple[str, str]], shapes: Sequence[tuple[int, int]],
+          times: dict[tuple[str, str, int, int], float], margin: float) -> list[tuple[str, str]]:
+    """Drop, fewest wins first, each candidate whose removal slows no shape's best by more than
+    ``margin`` and leaves every shape it was measured on with another measured candidate."""
+    kept = list(candidates)
+
+    def best(shape: tuple[int, int], pool: Sequence[tuple[str, str]]) -> float | None:
+        values = [times[(v, k, *shape)] for v, k in pool if (v, k, *shape) in times]
+        return min(values) if values else None
+
+    baseline = {shape: best(shape, kept) for shape in shapes}
+    wins = {c: sum(1 for s in shapes if times.get((*c, *s)) == baseline[s]) for c in kept}
+    for candidate in sorted(kept, key=lambda c: (wins[c], c)):
+        pool = [c for c in kept if c != candidate]
+        ok = True
+        for shape in shapes:
+            if (*candidate, *shape) not in times:
+                continue
+            without = best(shape, pool)
+            if without is None or without > baseline[shape] * (1 + margin):
+                ok = False
+                break
+        if ok:
+            kept = pool
+    return kept
+
+
+def leave_one_out_regret(document: dict[str, Any]) -> dict[str, Any]:
+    """Per-shape regret of the table rebuilt without that shape; geomean, p95, max and misses."""
+    points = document["points"]
+    regrets: list[float] = []
+    misses = 0
+    for held_out in range(len(points)):
+        point = points[held_out]
+        measured = [t for t in point["times"] if t is not None]
+        if not measured or len(points) < 2:
+            continue
+        reduced = dict(document, points=points[:held_out] + points[held_out + 1:])
+        pick = DispatchTable(reduced).lookup(point["m"], point["n"])
+        chosen = point["times"][pick.candidate] if pick is not None else None
+        if chosen is None:  # chose a candidate not measured here: score it as the slowest measured
+            misses += 1
+            chosen = max(measured)
+        regrets.append(chosen / min(measured))
+    return summarize_regret(regrets, method="leave-one-out", misses=misses)
+
+
+def summarize_regret(regrets: Sequence[float], method: str, misses: int = 0) -> dict[str, Any]:
+    if not regrets:
+        return {"geomean": None, "p95": None, "max": None, "method": method, "shapes": 0, "misses": misses}
+    ordered = sorted(regrets)
+    p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+    geomean = math.exp(sum(math.log(r) for r in ordered) / len(ordered))
+    return {"geomean": round(geomean, 4), "p95": round(p95, 4), "max": round(ordered[-1], 4),
+            "method": method, "shapes": len(ordered), "misses": misses}
+
+
+def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
+              rule: str = "interp-log", prune_margin: float = 0.01, environment_id: int | None = None,
+              any_source: bool = False, save: bool = True) -> dict[str, Any]:
+    """Fit, score and (if ``save``) store the table of one (GPU, dtype, method); returns the document."""
+    from kernels import KernelConfig, get_variant
+
+    def current_hash(name: str) -> str | None:
+        try:
+            return get_variant(name).source_hash()
+        except KeyError:
+            return None
+
+    def constraints(name: str, config: dict[str, Any]) -> dict[str, int]:
+        return dict(get_variant(name).constraints(KernelConfig.from_dict(config), dtype))
+
+    gpu = queries.gpu_by_key(session, gpu_key)
+    if gpu is None:
+        known = ", ".join(g.key for g in queries.list_gpus(session)) or "none"
+        raise FitError(f"no measurements of GPU {gpu_key!r} in this database; GPUs measured: {known}")
+    rows = queries.measurements_for(session, gpu_key, dtype, timing_method)
+    if environment_id is None and rows:
+        environment_id = rows[0][2].environment_id  # newest run's environment
+    rows = [r for r in rows if r[2].environment_id == environment_id]
+    observations, banned, runs = select_observations(rows, current_hash, any_source)
+    if not observations:
+        raise FitError(f"no verified measurements of {gpu_key}/{dtype} with timing method {timing_method!r}")
+    copies = {(c.m, c.n): c.median_us for c in reversed(queries.copy_references_for(session, gpu_key, dtype, timing_method))
+              if c.run_id in runs}
+    document = build_document(observations, constraints, gpu=gpu_key, gpu_name=gpu.name, dtype=dtype,
+                              timing_method=timing_method, rule=rule, copy_times=copies,
+                              prune_margin=prune_margin, source_runs=runs,
+                              environment={"id": environment_id})
+    document["regret"] = leave_one_out_regret(document)
+    document["excluded_failing"] = sorted(f"{v}[{k}]" for v, k in banned)
+    if save:
+        queries.save_table(session, gpu, dtype, timing_method, document, source_runs=runs,
+                           candidate_count=len(document["candidates"]), regret=document["regret"],
+                           environment_id=environment_id)
+    return document

@@ -1,0 +1,140 @@
+"""GPU detection and model-name normalisation.
+
+Keys are short, lower-case model names: ``NVIDIA H100 80GB HBM3`` → ``h100``, ``NVIDIA A100-SXM4-80GB``
+→ ``a100``, ``NVIDIA H200`` → ``h200``, ``NVIDIA H100 PCIe`` → ``h100-pcie`` (a different memory system
+from the SXM part, so a table of its own). Importing this module imports no GPU library; detection uses
+torch when the caller already has it, else the CUDA driver through ctypes.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import re
+import sys
+from dataclasses import dataclass
+
+_VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b", re.IGNORECASE)
+_MODEL = re.compile(r"\b((?:gh|gb|rtx|gtx)?\s?[a-z]{0,2}\d{2,4}[a-z]{0,2})\b", re.IGNORECASE)
+_KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+
+# Where a GPU model has no table, the lookup tries these models' tables next (closest first).
+NEAREST_MODELS: dict[str, tuple[str, ...]] = {
+    "h200": ("h100", "gh200"),
+    "h100": ("h200", "gh200", "h100-pcie"),
+    "gh200": ("h200", "h100"),
+    "h100-pcie": ("h100", "h200"),
+    "h100-nvl": ("h100", "h200"),
+    "h800": ("h100", "h200"),
+    "h20": ("h100", "h200"),
+    "a100": ("a100-pcie", "a800", "h100"),
+    "a100-pcie": ("a100", "a800"),
+    "a800": ("a100",),
+    "l40s": ("l40", "a100"),
+    "b200": ("h200", "h100"),
+}
+
+
+class GpuMismatchError(RuntimeError):
+    """The GPU asked for is not the GPU found."""
+
+
+class NoGpuError(RuntimeError):
+    """No CUDA GPU could be found."""
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    key: str
+    name: str
+    sm_count: int | None = None
+    l2_bytes: int | None = None
+    memory_bytes: int | None = None
+    compute_capability: str | None = None
+
+
+def normalize_gpu_name(name: str) -> str:
+    """A table key from a device name as the driver reports it (examples in the module docstring)."""
+    cleaned = _VENDOR_WORDS.sub(" ", name).strip()
+    match = _MODEL.search(cleaned)
+    if not match:
+        key = re.sub(r"[^a-z0-9]+", "-", cleaned.lower()).strip("-")
+        return key[:32] or "unknown"
+    key = match.group(1).replace(" ", "").lower()
+    lowered = cleaned.lower()
+    if "pcie" in lowered:
+        key += "-pcie"
+    elif re.search(r"\bnvl\b", lowered):
+        key += "-nvl"
+    return key
+
+
+def validate_gpu_key(key: str) -> str:
+    """Accept a user-given key (``h100``) or device name (``NVIDIA H100 80GB HBM3``)."""
+    candidate = key.strip()
+    if not candidate:
+        raise ValueError("GPU key is empty; give a model such as h100, h200, a100, or 'auto'")
+    lowered = candidate.lower()
+    if _KEY.match(lowered):
+        return lowered
+    return normalize_gpu_name(candidate)
+
+
+def detect_gpu(device_index: int = 0) -> GpuInfo:
+    """Details of a CUDA device through torch (used by the sweep, which has torch anyway)."""
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() <= device_index:
+        raise NoGpuError(f"no CUDA device {device_index} visible to torch (devices: {torch.cuda.device_count()})")
+    props = torch.cuda.get_device_properties(device_index)
+    return GpuInfo(
+        key=normalize_gpu_name(props.name),
+        name=props.name,
+        sm_count=props.multi_processor_count,
+        l2_bytes=getattr(props, "L2_cache_size", None),
+        memory_bytes=props.total_memory,
+        compute_capability=f"{props.major}.{props.minor}",
+    )
+
+
+def resolve_gpu(requested: str | None, device_index: int = 0) -> GpuInfo:
+    """The GPU to sweep: ``auto``/None detects; a named model must match the one found."""
+    found = detect_gpu(device_index)
+    if requested is None or requested.strip().lower() == "auto":
+        return found
+    wanted = validate_gpu_key(requested)
+    if wanted != found.key:
+        raise GpuMismatchError(
+            f"--gpu {requested} asked for '{wanted}', but device {device_index} is "
+            f"'{found.name}' (key '{found.key}'); use --gpu {found.key} or --gpu auto"
+        )
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def current_gpu_key() -> str | None:
+    """Key of the current device without importing a GPU library when none is loaded; None if no GPU."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                return normalize_gpu_name(torch.cuda.get_device_name(torch.cuda.current_device()))
+        except Exception:  # a broken CUDA set-up reads as "no GPU" here; callers fall back
+            return None
+    name = _driver_device_name()
+    return normalize_gpu_name(name) if name else None
+
+
+def _driver_device_name() -> str | None:
+    for library in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            cuda = ctypes.CDLL(library)
+        except OSError:
+            continue
+        device = ctypes.c_int()
+        buffer = ctypes.create_string_buffer(256)
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
+            return None
+        if cuda.cuDeviceGetName(buffer, 256, device) != 0:
+            return None
+        return buffer.value.decode(errors="replace")
+    return None

@@ -1,0 +1,126 @@
+"""Crash isolation: GPU work runs in a child process per device; the sweep (parent) only talks to it.
+
+A kernel that faults (illegal address, launch failure) poisons its CUDA context, and a kernel that
+hangs never returns: either way the child is killed and replaced, the item is recorded with status
+``fault`` or ``timeout`` and its error text, and the sweep goes on. Rows already committed by the
+parent are never at risk, because the child writes nothing.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+import multiprocessing as mp
+import os
+import time
+from typing import Any, Sequence
+
+from autotuner.measure import WorkItem, failure
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 300.0
+
+
+def _worker_main(conn, device_index: int | None, method: str, time_cap_s: float, setup: Sequence[str]) -> None:  # noqa: ANN001
+    if device_index is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(device_index)
+    for hook in setup:  # "module:function", e.g. tests registering a deliberately faulting variant
+        module_name, _, function_name = hook.partition(":")
+        getattr(importlib.import_module(module_name), function_name)()
+    from autotuner.measure import Measurer
+
+    measurer = Measurer(method, time_cap_s=time_cap_s)
+    conn.send({"ready": True})
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        result = measurer.measure(WorkItem(**message))
+        conn.send(result)
+        if result.get("fatal"):
+            return  # the CUDA context is unusable; the parent starts a fresh worker
+
+
+class WorkerRunner:
+    """Measures items in a child process bound to one GPU; replaces the child after a fault or hang."""
+
+    def __init__(self, device_index: int | None = None, method: str = "cold", *, item_timeout_s: float = 120.0,
+                 time_cap_s: float = 0.5, setup: Sequence[str] = ()):
+        self.device_index = device_index
+        self.method = method
+        self.item_timeout_s = item_timeout_s
+        self.time_cap_s = time_cap_s
+        self.setup = tuple(setup)
+        self._context = mp.get_context("spawn")
+        self._process = None
+        self._conn = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        parent, child = self._context.Pipe()
+        self._process = self._context.Process(
+            target=_worker_main, args=(child, self.device_index, self.method, self.time_cap_s, self.setup), daemon=True
+        )
+        self._process.start()
+        child.close()
+        self._conn = parent
+        if not parent.poll(START_TIMEOUT_S):
+            self._kill()
+            raise RuntimeError(f"GPU worker for device {self.device_index} did not start in {START_TIMEOUT_S:.0f} s")
+        try:
+            parent.recv()
+        except EOFError:
+            code = self._process.exitcode
+            self._kill()
+            raise RuntimeError(f"GPU worker for device {self.device_index} exited at start (code {code})") from None
+
+    def _kill(self) -> None:
+        if self._process is not None and self._process.is_alive():
+            self._process.kill()
+        if self._process is not None:
+            self._process.join(timeout=10)
+        if self._conn is not None:
+            self._conn.close()
+        self._process = self._conn = None
+
+    def measure(self, item: WorkItem) -> dict[str, Any]:
+        if self._process is None or not self._process.is_alive():
+            self._start()
+        self._conn.send(item.as_dict())
+        started = time.monotonic()
+        if not self._conn.poll(self.item_timeout_s):
+            log.warning("item %s hung past %.0f s; replacing the worker", item, self.item_timeout_s)
+            self._replace()
+            return failure("timeout", f"no result within {self.item_timeout_s:.0f} s", fatal=True)
+        try:
+            result = self._conn.recv()
+        except (EOFError, ConnectionError):
+            code = self._process.exitcode if self._process is not None else None
+            self._replace()
+            return failure("fault", f"worker process died (exit code {code}) after {time.monotonic() - started:.1f} s",
+                           fatal=True)
+        if result.get("fatal"):
+            self._replace()
+        return result
+
+    def _replace(self) -> None:
+        self._kill()
+        self.restarts += 1
+
+    def close(self) -> None:
+        if self._conn is not None and self._process is not None and self._process.is_alive():
+            try:
+                self._conn.send(None)
+                self._process.join(timeout=10)
+            except (BrokenPipeError, OSError):
+                pass
+        self._kill()
+
+    def __enter__(self) -> "WorkerRunner":
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

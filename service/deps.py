@@ -1,0 +1,66 @@
+"""Dependencies handed to routes through ``Annotated`` aliases: settings, a database session, the
+live table store, and the upload token check. State lives on ``app.state`` (set by ``create_app``),
+never in module globals, so two apps in one process (tests) stay apart."""
+from __future__ import annotations
+
+import secrets
+from typing import Annotated, Iterator
+
+from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from autotuner.select import TableStore
+from service.config import Settings
+from service.errors import ApiError
+from service.tables import LiveTables
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """A session for one request; routes that write commit it themselves, anything else is rolled back."""
+    with request.app.state.sessions() as session:
+        yield session
+
+
+async def get_live_tables(request: Request) -> LiveTables:
+    """The live tables, refreshed first if the reload interval has passed (in a worker thread: the
+    check reads the database). Between checks this is one clock read."""
+    live: LiveTables = request.app.state.tables
+    if live.due():
+        await run_in_threadpool(live.refresh)
+    return live
+
+
+async def get_table_store(live: Annotated[LiveTables, Depends(get_live_tables)]) -> TableStore:
+    return live.store
+
+
+_bearer = HTTPBearer(auto_error=False, description="the server's AUTOTUNER_UPLOAD_TOKEN")
+
+
+def require_upload_token(
+    settings: Annotated[Settings, Depends(get_settings)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """401 unless the request carries ``Authorization: Bearer <AUTOTUNER_UPLOAD_TOKEN>``; with no token
+    configured every upload is refused (an open write endpoint is never the default)."""
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if settings.upload_token is None:
+        raise ApiError(401, "uploads are disabled: the server has no AUTOTUNER_UPLOAD_TOKEN configured", headers=challenge)
+    if credentials is None:
+        raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <token>'", headers=challenge)
+    expected = settings.upload_token.get_secret_value().encode()
+    if not secrets.compare_digest(credentials.credentials.encode(), expected):
+        raise ApiError(401, "wrong bearer token", headers=challenge)
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session)]
+LiveTablesDep = Annotated[LiveTables, Depends(get_live_tables)]
+TableStoreDep = Annotated[TableStore, Depends(get_table_store)]
+UploadAuthDep = Annotated[None, Depends(require_upload_token)]

@@ -1,0 +1,1 @@
+"""One APIRouter per group of endpoints; ``service.app`` includes them all."""

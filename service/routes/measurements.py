@@ -1,0 +1,58 @@
+"""``GET /measurements``: raw sweep rows, filtered and paged (every status, not only the winners)."""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional
+
+from fastapi import APIRouter, Query
+
+from autotuner.exchange import MAX_DIM, MEASUREMENT_STATUSES, TIMING_METHODS
+from autotuner.gpu import validate_gpu_key
+from db.queries import MEASUREMENT_FIELDS, search_measurements
+from kernels.base import normalize_dtype
+from service.deps import SessionDep
+from service.errors import ERROR_RESPONSES, invalid
+from service.schemas import MeasurementOut, MeasurementPage
+
+router = APIRouter(tags=["measurements"])
+
+MAX_PAGE = 1000
+MAX_OFFSET = 2**31 - 1
+
+
+@router.get("/measurements", response_model=MeasurementPage, responses={**ERROR_RESPONSES},
+            summary="Measurements matching the filters, one page at a time")
+def measurements(
+    session: SessionDep,
+    gpu: Annotated[Optional[str], Query(max_length=128, description="GPU model key")] = None,
+    dtype: Annotated[Optional[str], Query(max_length=32, description="fp32, fp16, bf16 or an alias")] = None,
+    variant: Annotated[Optional[str], Query(max_length=64)] = None,
+    status: Annotated[Optional[Literal[MEASUREMENT_STATUSES]], Query()] = None,  # type: ignore[valid-type]
+    m: Annotated[Optional[int], Query(ge=0, le=MAX_DIM)] = None,
+    n: Annotated[Optional[int], Query(ge=1, le=MAX_DIM)] = None,
+    timing_method: Annotated[Optional[Literal[TIMING_METHODS]], Query()] = None,  # type: ignore[valid-type]
+    run_id: Annotated[Optional[int], Query(ge=1, le=2**62)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"page size, 1..{MAX_PAGE}")] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="rows to skip")] = 0,
+) -> MeasurementPage:
+    try:
+        gpu_key = validate_gpu_key(gpu) if gpu else None
+    except ValueError as exc:
+        raise invalid("query", "gpu", str(exc), gpu) from None
+    try:
+        canonical_dtype = normalize_dtype(dtype) if dtype else None
+    except ValueError as exc:
+        raise invalid("query", "dtype", str(exc), dtype) from None
+    total, rows = search_measurements(
+        session, gpu_key=gpu_key, dtype=canonical_dtype, variant=variant, status=status, m=m, n=n,
+        timing_method=timing_method, run_id=run_id, limit=limit, offset=offset,
+    )
+    items = [
+        MeasurementOut(
+            id=row.id, run_id=row.run_id, gpu=gpu_model.key, timing_method=run.timing_method,
+            variant=candidate.variant, config_key=candidate.config_key, config=candidate.config,
+            source_hash=candidate.source_hash, m=row.m, n=row.n, dtype=row.dtype, created_at=row.created_at,
+            **{field: getattr(row, field) for field in MEASUREMENT_FIELDS},
+        )
+        for row, candidate, run, gpu_model in rows
+    ]
+    return MeasurementPage(total=total, limit=limit, offset=offset, items=items)

@@ -1,0 +1,84 @@
+"""``GET /gpus`` and ``GET /tables/{gpu}/{dtype}``: what the server answers from.
+
+A table is sent as the exact JSON document ``select_kernel`` reads, with a strong ETag (a hash of
+those bytes); a client that sends it back in ``If-None-Match`` gets 304 until the table changes.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional
+
+from fastapi import APIRouter, Header, Path, Query, Response
+
+from autotuner.exchange import TIMING_METHODS
+from autotuner.gpu import validate_gpu_key
+from autotuner.table import DispatchTable
+from kernels.base import normalize_dtype
+from service.deps import LiveTablesDep
+from service.errors import ERROR_RESPONSES, ApiError, invalid
+from service.schemas import ErrorBody, GpuTables, RegretFigures, TableDocument, TableSummary
+from service.tables import LiveTables
+
+router = APIRouter(tags=["tables"])
+
+
+@router.get("/gpus", response_model=list[GpuTables], summary="GPU models with tables, and their tables")
+async def gpus(live: LiveTablesDep) -> list[GpuTables]:
+    by_gpu: dict[str, list[DispatchTable]] = {}
+    for table in live.store.tables():
+        by_gpu.setdefault(table.gpu, []).append(table)
+    return [
+        GpuTables(gpu=gpu, name=tables[0].document.get("gpu_name"), tables=[_summary(live, t) for t in tables])
+        for gpu, tables in sorted(by_gpu.items())
+    ]
+
+
+def _summary(live: LiveTables, table: DispatchTable) -> TableSummary:
+    regret = table.document.get("regret")
+    return TableSummary(
+        dtype=table.dtype, timing_method=table.timing_method, rule=table.rule, source=live.source_of(table),
+        candidates=len(table.candidates), points=len(table.points),
+        regret=RegretFigures.model_validate(regret) if isinstance(regret, dict) else None,
+        created_at=str(table.document["created_at"]) if table.document.get("created_at") else None,
+        etag=live.encoded(table).etag,
+    )
+
+
+@router.get(
+    "/tables/{gpu}/{dtype}",
+    response_model=TableDocument,
+    responses={304: {"description": "If-None-Match matched: the client's copy is current"},
+               404: {"model": ErrorBody, "description": "no such table (body lists the known GPUs)"},
+               **ERROR_RESPONSES},
+    summary="One dispatch table document, with an ETag",
+)
+async def table(
+    live: LiveTablesDep,
+    gpu: Annotated[str, Path(max_length=128, description="GPU model key, e.g. h100")],
+    dtype: Annotated[str, Path(max_length=32, description="fp32, fp16, bf16 or an alias")],
+    timing_method: Annotated[Literal[TIMING_METHODS], Query()] = "cold",  # type: ignore[valid-type]
+    if_none_match: Annotated[Optional[str], Header(max_length=4096)] = None,
+) -> Response:
+    try:
+        canonical_dtype = normalize_dtype(dtype)
+    except ValueError as exc:
+        raise invalid("path", "dtype", str(exc), dtype) from None
+    try:
+        gpu_key = validate_gpu_key(gpu)
+    except ValueError as exc:
+        raise invalid("path", "gpu", str(exc), gpu) from None
+    found = live.store.get(gpu_key, canonical_dtype, timing_method)
+    known = live.store.gpus()
+    if found is None:
+        what = f"GPU {gpu_key!r}" if gpu_key not in known else f"{canonical_dtype}/{timing_method} on GPU {gpu_key!r}"
+        raise ApiError(404, f"no dispatch table for {what}; known GPUs: {', '.join(known) or 'none'}", known_gpus=known)
+    encoded = live.encoded(found)
+    headers = {"ETag": encoded.etag, "Cache-Control": "no-cache"}
+    if if_none_match is not None and _matches(if_none_match, encoded.etag):
+        return Response(status_code=304, headers=headers)
+    return Response(encoded.body, media_type="application/json", headers=headers)
+
+
+def _matches(if_none_match: str, etag: str) -> bool:
+    """RFC 9110 weak comparison: ``*``, or any listed tag equal to ours with or without ``W/``."""
+    tags = [tag.strip() for tag in if_none_match.split(",")]
+    return "*" in tags or any(tag.removeprefix("W/") == etag for tag in tags)

@@ -1,0 +1,145 @@
+"""Wire models of the HTTP API. Separate from the ORM tables (``db/models.py``): the database may grow
+columns without the API changing, and the reverse. The upload body is the exchange document of
+``autotuner/exchange.py``, shared with the CLI."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ConfigValue = int | float | str | bool
+
+
+class ErrorBody(BaseModel):
+    """Every error the API returns: ``message`` says what was wrong in words, ``detail`` carries the
+    machine-readable particulars (for 422: pydantic's list of errors, each with ``loc`` and ``msg``)."""
+
+    message: str
+    detail: Any = None
+    known_gpus: Optional[list[str]] = Field(default=None, description="on 404 for a GPU: the GPUs with tables")
+
+
+class DispatchAnswer(BaseModel):
+    m: int
+    n: int
+    dtype: str = Field(description="canonical dtype: fp32, fp16 or bf16")
+    gpu: str
+    timing_method: str
+    variant: str
+    config: dict[str, ConfigValue]
+    config_key: str
+    predicted_us: Optional[float] = Field(description="the table's predicted median time; null for the fallback")
+    source: str = Field(description="'table', or 'fallback' (torch_softmax) when no candidate admits the shape")
+    exact: bool = Field(description="the shape itself was measured")
+
+
+class RegretFigures(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    geomean: Optional[float] = None
+    p95: Optional[float] = None
+    max: Optional[float] = None
+
+
+class TableSummary(BaseModel):
+    dtype: str
+    timing_method: str
+    rule: str
+    source: Literal["database", "shipped"]
+    candidates: int
+    points: int
+    regret: Optional[RegretFigures] = None
+    created_at: Optional[str] = None
+    etag: str
+
+
+class GpuTables(BaseModel):
+    gpu: str
+    name: Optional[str] = Field(description="the device name the table was measured on")
+    tables: list[TableSummary]
+
+
+class TableDocument(BaseModel):
+    """A dispatch table as ``autotuner/table.py`` defines it (more fields may be present)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format_version: int
+    gpu: str
+    dtype: str
+    timing_method: Optional[str] = None
+    rule: Optional[str] = None
+    candidates: list[dict[str, Any]]
+    points: list[dict[str, Any]]
+    regret: Optional[RegretFigures] = None
+
+
+class KernelInfo(BaseModel):
+    name: str
+    seed: str
+    backend: str
+    description: str
+    dtypes: list[str]
+    configs: list[dict[str, Any]]
+    available: Optional[bool] = Field(description="null: not checked (the server need not have a GPU)")
+    reason: str
+
+
+class MeasurementOut(BaseModel):
+    id: int
+    run_id: int
+    gpu: str
+    timing_method: str
+    variant: str
+    config_key: str
+    config: dict[str, Any]
+    source_hash: str
+    m: int
+    n: int
+    dtype: str
+    status: str
+    median_us: Optional[float] = None
+    p20_us: Optional[float] = None
+    p80_us: Optional[float] = None
+    repetitions: Optional[int] = None
+    gbps: Optional[float] = None
+    registers: Optional[int] = None
+    spill_bytes: Optional[int] = None
+    static_smem: Optional[int] = None
+    dynamic_smem: Optional[int] = None
+    threads_per_block: Optional[int] = None
+    blocks_per_sm: Optional[int] = None
+    occupancy: Optional[float] = None
+    max_rel_error: Optional[float] = None
+    compile_seconds: Optional[float] = None
+    error: Optional[str] = None
+    created_at: Optional[datetime] = None
+
+
+class MeasurementPage(BaseModel):
+    total: int = Field(description="rows matching the filters, over all pages")
+    limit: int
+    offset: int
+    items: list[MeasurementOut]
+
+
+class DatabaseHealth(BaseModel):
+    reachable: bool
+    url: str = Field(description="the database URL, password hidden")
+    error: Optional[str] = None
+
+
+class TablesHealth(BaseModel):
+    count: int
+    from_database: int
+    shipped: int
+    generation: int = Field(description="grows each time the tables are reloaded")
+    loaded_at: Optional[datetime] = None
+    last_error: Optional[str] = Field(default=None, description="why the last reload failed, if it did")
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"] = Field(description="'degraded': the database cannot be reached")
+    database: DatabaseHealth
+    tables: TablesHealth
