@@ -140,8 +140,8 @@ class TableStore:
 
 
 def shipped_table_files() -> list[Path]:
-    folder = resources.files("autotuner") / "tables"
-    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".json"))
+    folder = Path(str(resources.files("autotuner") / "tables"))
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
 
 def load_table_file(path: Path) -> DispatchTable:

@@ -25,6 +25,7 @@ __global__ void __launch_bounds__(THREADS)
     tile.load(xr, split, threadIdx.x);
 
     const float m = tile.max();
+    if constexpr (sizeof(T) == 2) tile.reconvert_later();
     const float base = smx::exp_base(m);
     float s = 0.0f;
     if constexpr (sizeof(T) == 4) {
@@ -35,6 +36,7 @@ __global__ void __launch_bounds__(THREADS)
         });
     } else {
         tile.for_each([&](float v) { s += smx::exp_from(v, base); });
+        tile.reconvert_later();
     }
     const smx::MaxSum row = smx::block_merge<THREADS>(smx::MaxSum{m, s}, scratch);
     const float inv = 1.0f / row.s;

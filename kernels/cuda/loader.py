@@ -107,6 +107,13 @@ def device_limits() -> tuple[int, int, int]:
     return _device_limits(cupy.cuda.Device().id)
 
 
+def function_handle(function: Any) -> int:
+    """The CUfunction of a CuPy kernel (RawModule.get_function returns a RawKernel, whose handle is
+    on ``.kernel``; a cupy.cuda.function.Function has it on ``.ptr``)."""
+    inner = getattr(function, "kernel", None)
+    return int(inner.ptr if inner is not None else function.ptr)
+
+
 def set_dynamic_smem(function: Any, dynamic_smem: int) -> None:
     """Raise the kernel's dynamic shared-memory limit where a launch needs more than 48 KB."""
     if dynamic_smem > 48 * 1024 and function.max_dynamic_shared_size_bytes < dynamic_smem:
@@ -118,7 +125,7 @@ def resources_of(function: Any, threads: int, dynamic_smem: int = 0, compile_sec
     import cupy
 
     set_dynamic_smem(function, dynamic_smem)
-    blocks = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, dynamic_smem)
+    blocks = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function_handle(function), threads, dynamic_smem)
     max_threads, _, _ = device_limits()
     return Resources(
         registers=int(function.num_regs),

@@ -178,6 +178,7 @@ template <> __device__ __forceinline__ __nv_bfloat16 neg_inf<__nv_bfloat16>() {
     return __ushort_as_bfloat16((unsigned short)0xFF80U);
 }
 
+// One VEC-wide read-only load / store of a Pack (VEC * sizeof(T) bytes, aligned to that).
 template <typename T, int VEC> __device__ __forceinline__ Pack<T, VEC> ldg_pack(const T* p) {
     using Raw = typename RawVec<sizeof(T) * VEC>::type;
     union {
@@ -197,6 +198,34 @@ template <typename T, int VEC> __device__ __forceinline__ void st_pack(T* p, con
     *reinterpret_cast<Raw*>(p) = u.raw;
 }
 
+// Rows live in registers as 32-bit words (one float, or two 16-bit values: element 2k in the low
+// half), because PTX gives every 16-bit scalar a register of its own.
+template <typename T> struct Word;
+template <> struct Word<float> {
+    static __device__ __forceinline__ unsigned neg_inf() { return 0xff800000u; }
+};
+template <> struct Word<__half> {
+    static __device__ __forceinline__ unsigned neg_inf() { return 0xfc00fc00u; }
+    static __device__ __forceinline__ float2 unpack(unsigned w) {
+        __half2 h = *reinterpret_cast<const __half2*>(&w);
+        return __half22float2(h);
+    }
+    static __device__ __forceinline__ unsigned pack(float a, float b) {
+        __half2 h = __floats2half2_rn(a, b);
+        return *reinterpret_cast<const unsigned*>(&h);
+    }
+};
+template <> struct Word<__nv_bfloat16> {
+    static __device__ __forceinline__ unsigned neg_inf() { return 0xff80ff80u; }
+    static __device__ __forceinline__ float2 unpack(unsigned w) {
+        return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+    }
+    static __device__ __forceinline__ unsigned pack(float a, float b) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<const unsigned*>(&h);
+    }
+};
+
 // A row of n elements split at the VEC-element boundaries of its *input* address: `head` scalars up
 // to the first boundary, `vecs` aligned vectors, `tail` scalars after them. Any N and any row start
 // (odd N, an offset view) then loads full-width vectors. n = 0 gives an empty split.
@@ -213,30 +242,42 @@ template <typename T, int VEC> __device__ __forceinline__ RowSplit row_split(con
     s.tail = n - s.head - s.vecs * VEC;
     return s;
 }
-// Whether y's rows are VEC-aligned wherever x's are (the same offset from a 16-byte boundary);
-// if not, the body is stored element by element.
+// Whether y's rows are VEC-aligned wherever x's are (the same offset from a VEC boundary); if not,
+// the body is stored element by element.
 template <typename T, int VEC> __device__ __forceinline__ bool same_alignment(const T* x, const T* y) {
     return ((reinterpret_cast<unsigned long long>(x) ^ reinterpret_cast<unsigned long long>(y)) &
             (sizeof(T) * VEC - 1)) == 0;
 }
 
-// The part of a row that one of LANES cooperating threads holds: ITEMS body vectors (vector index
-// lane + i * LANES, coalesced, kept in the input type so 16-bit rows take half the registers) and
-// EXTRA head/tail scalars as float (extra element k = lane + j * LANES). Slots past the row hold
-// -inf, so max and exp-sum loops run unpredicated and contribute (-inf, 0).
+// The part of a row that one of LANES cooperating threads holds: ITEMS body vectors of VEC elements
+// (vector index lane + i * LANES: coalesced; kept as input-type words, so 16-bit rows take half the
+// registers) and EXTRA head/tail scalars as float (extra element k = lane + j * LANES). Slots past
+// the row hold -inf, so max and exp-sum loops run unpredicated and contribute (-inf, 0).
 template <typename T, int VEC, int ITEMS, int LANES> struct RowTile {
+    static constexpr int WORDS = VEC * static_cast<int>(sizeof(T)) / 4;
     static constexpr int EXTRA = VEC == 1 ? 0 : (2 * (VEC - 1) + LANES - 1) / LANES;
-    Pack<T, VEC> v[ITEMS];
+    static_assert(WORDS >= 1 && WORDS <= 4 && (WORDS & (WORDS - 1)) == 0, "a vector is 4, 8 or 16 bytes");
+    using Raw = typename RawVec<4 * WORDS>::type;
+    union Vec {
+        Raw raw;
+        unsigned w[WORDS];
+    };
+    unsigned w[ITEMS][WORDS];
     float e[EXTRA > 0 ? EXTRA : 1];
 
     __device__ __forceinline__ void load(const T* __restrict__ row, RowSplit s, int lane) {
-        Pack<T, VEC> fill;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) fill.v[j] = neg_inf<T>();
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int vi = lane + i * LANES;
-            v[i] = vi < s.vecs ? ldg_pack<T, VEC>(row + s.head + vi * VEC) : fill;
+            Vec u;
+            if (vi < s.vecs) {
+                u.raw = __ldg(reinterpret_cast<const Raw*>(row + s.head + vi * VEC));
+            } else {
+#pragma unroll
+                for (int k = 0; k < WORDS; ++k) u.w[k] = Word<T>::neg_inf();
+            }
+#pragma unroll
+            for (int k = 0; k < WORDS; ++k) w[i][k] = u.w[k];
         }
 #pragma unroll
         for (int j = 0; j < EXTRA; ++j) {
@@ -250,18 +291,35 @@ template <typename T, int VEC, int ITEMS, int LANES> struct RowTile {
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) f(to_float<T>(v[i].v[j]));
+            for (int k = 0; k < WORDS; ++k) {
+                if constexpr (sizeof(T) == 4) {
+                    f(__uint_as_float(w[i][k]));
+                } else {
+                    const float2 p = Word<T>::unpack(w[i][k]);
+                    f(p.x);
+                    f(p.y);
+                }
+            }
 #pragma unroll
         for (int j = 0; j < EXTRA; ++j) f(e[j]);
     }
-    // Replace every slot by f(value); exact only for float rows (16-bit slots would round).
+    // Replace every slot by f(value): float rows only (a 16-bit slot would round).
     template <typename F> __device__ __forceinline__ void apply(F f) {
+        static_assert(sizeof(T) == 4, "apply keeps fp32 values: float rows only");
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) v[i].v[j] = from_float<T>(f(to_float<T>(v[i].v[j])));
+            for (int k = 0; k < WORDS; ++k) w[i][k] = __float_as_uint(f(__uint_as_float(w[i][k])));
 #pragma unroll
         for (int j = 0; j < EXTRA; ++j) e[j] = f(e[j]);
+    }
+    // Makes the words opaque to the compiler, so a 16-bit row is converted again at its next use
+    // instead of being kept as floats beside the packed copy (which doubles the registers).
+    __device__ __forceinline__ void reconvert_later() {
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+            for (int k = 0; k < WORDS; ++k) asm volatile("" : "+r"(w[i][k]));
     }
     __device__ __forceinline__ float max() const {
         float m = SOFTMAX_NEG_INF;
@@ -276,15 +334,29 @@ template <typename T, int VEC, int ITEMS, int LANES> struct RowTile {
         for (int i = 0; i < ITEMS; ++i) {
             const int vi = lane + i * LANES;
             if (vi < s.vecs) {
-                Pack<T, VEC> out;
+                Vec u;
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) out.v[j] = from_float<T>(f(to_float<T>(v[i].v[j])));
+                for (int k = 0; k < WORDS; ++k) {
+                    if constexpr (sizeof(T) == 4) {
+                        u.w[k] = __float_as_uint(f(__uint_as_float(w[i][k])));
+                    } else {
+                        const float2 p = Word<T>::unpack(w[i][k]);
+                        const float a = f(p.x);
+                        u.w[k] = Word<T>::pack(a, f(p.y));
+                    }
+                }
                 T* p = row + s.head + vi * VEC;
                 if (vec_ok) {
-                    st_pack<T, VEC>(p, out);
+                    *reinterpret_cast<Raw*>(p) = u.raw;
+                } else if constexpr (sizeof(T) == 4) {
+#pragma unroll
+                    for (int k = 0; k < WORDS; ++k) reinterpret_cast<unsigned*>(p)[k] = u.w[k];
                 } else {
 #pragma unroll
-                    for (int j = 0; j < VEC; ++j) p[j] = out.v[j];
+                    for (int k = 0; k < WORDS; ++k) {
+                        reinterpret_cast<unsigned short*>(p)[2 * k] = static_cast<unsigned short>(u.w[k]);
+                        reinterpret_cast<unsigned short*>(p)[2 * k + 1] = static_cast<unsigned short>(u.w[k] >> 16);
+                    }
                 }
             }
         }
@@ -295,5 +367,95 @@ template <typename T, int VEC, int ITEMS, int LANES> struct RowTile {
         }
     }
 };
+
+}  // namespace smx
+
+// ---------------------------------------------------------------------------------------------
+// Rows larger than a block's registers (two_pass, split_row, smem_cache, cluster_split). Additive:
+// nothing above depends on it. Rows are split with row_split(): aligned 16-byte body vectors plus
+// at most 2 * (VEC - 1) head/tail scalars ("extras"), which one block of the row handles.
+namespace smx {
+
+// Position in the row of extra element k (0 <= k < head + tail): the head first, then the tail.
+template <int VEC> __device__ __forceinline__ int extra_index(RowSplit s, int k) {
+    return k < s.head ? k : k + s.vecs * VEC;
+}
+
+// Adds U x VEC values to a running (max, sum) with one rescale for the lot. -inf lanes (masked or
+// real) add 0; a max still at -inf uses base 0 (exp_base), so no -inf - -inf NaN appears; NaN and
+// +inf reach the sum as NaN, which makes the whole row NaN as torch does.
+template <int U, int VEC> __device__ __forceinline__ MaxSum fold(MaxSum acc, const float (&v)[U][VEC]) {
+    float m = acc.m;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) m = fmaxf(m, v[u][j]);
+    const float base = exp_base(m);
+    float s = acc.s * exp_from(acc.m, base);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) s += exp_from(v[u][j], base);
+    return MaxSum{m, s};
+}
+
+// This thread's (max, sum) over body vectors [begin, end) of `body` (16-byte aligned), taking
+// vectors begin + threadIdx.x + k * THREADS with UNROLL loads issued before any is used.
+template <typename T, int VEC, int THREADS, int UNROLL>
+__device__ __forceinline__ MaxSum stream_stats(const T* __restrict__ body, int begin, int end) {
+    MaxSum acc{SOFTMAX_NEG_INF, 0.0f};
+    for (int i0 = begin + static_cast<int>(threadIdx.x); i0 < end; i0 += THREADS * UNROLL) {
+        Pack<T, VEC> raw[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int i = i0 + u * THREADS;
+            if (i < end) raw[u] = *reinterpret_cast<const Pack<T, VEC>*>(body + static_cast<long long>(i) * VEC);
+        }
+        float v[UNROLL][VEC];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) v[u][j] = i0 + u * THREADS < end ? to_float<T>(raw[u].v[j]) : SOFTMAX_NEG_INF;
+        acc = fold(acc, v);
+    }
+    return acc;
+}
+
+// Writes exp(x - row.m) / row.s for body vectors [begin, end), re-reading x through the read-only
+// path (the first pass has just pulled it into L2). Stores are evict-first (st.global.cs) so the
+// output does not push the input out of L2 before its re-read. `vec_ok`: y shares x's alignment.
+template <typename T, int VEC, int THREADS, int UNROLL>
+__device__ __forceinline__ void stream_normalize(const T* __restrict__ xbody, T* __restrict__ ybody, int begin, int end,
+                                                 MaxSum row, bool vec_ok) {
+    using Raw = typename RawVec<sizeof(T) * VEC>::type;
+    const float inv = 1.0f / row.s;
+    for (int i0 = begin + static_cast<int>(threadIdx.x); i0 < end; i0 += THREADS * UNROLL) {
+        Pack<T, VEC> raw[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int i = i0 + u * THREADS;
+            if (i < end) raw[u] = ldg_pack<T, VEC>(xbody + static_cast<long long>(i) * VEC);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int i = i0 + u * THREADS;
+            if (i < end) {
+                union {
+                    Raw raw;
+                    Pack<T, VEC> pack;
+                } out;
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) out.pack.v[j] = from_float<T>(exp_from(to_float<T>(raw[u].v[j]), row.m) * inv);
+                T* p = ybody + static_cast<long long>(i) * VEC;
+                if (vec_ok) {
+                    __stcs(reinterpret_cast<Raw*>(p), out.raw);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) p[j] = out.pack.v[j];
+                }
+            }
+        }
+    }
+}
 
 }  // namespace smx

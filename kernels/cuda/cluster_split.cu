@@ -1,0 +1,126 @@
+// Split-row softmax in ONE launch on Hopper (sm_90+): a thread-block cluster of CLUSTER blocks
+// shares each row and exchanges partial (max, sum) pairs through distributed shared memory.
+//
+// Grid: CLUSTER * M blocks; the cluster size is fixed at compile time (__cluster_dims__), so an
+// ordinary launch (CuPy's) forms clusters; cluster c is row c, cluster rank r takes the r-th share
+// of the row's 16-byte body vectors (smx::row_split), PACKS vectors per thread, kept in registers
+// in the input type. Rank 0 also takes the < 2 * VEC head/tail scalars (one float register each).
+//
+//   1. load the share (all loads in flight), thread max, then sum of exp(x - max);
+//   2. one MaxSum block reduction; thread 0 publishes the block's pair in its shared memory;
+//   3. cluster barrier (arrive.release / wait.acquire): every block's pair is visible;
+//   4. lanes 0..CLUSTER-1 of every warp read the CLUSTER pairs over DSM (mapa +
+//      ld.shared::cluster) and a warp merge gives every thread the row's (max, sum); the merge
+//      order is the same in every warp and block, so the whole row uses one bitwise (max, sum);
+//   5. arrive on a second cluster barrier (done reading remote shared memory), write the share
+//      from registers, and wait on that barrier before exiting, so no block's shared memory is
+//      released while another block of the cluster may still read it.
+// The row is read from global memory once and written once, whatever M. Cluster operations are
+// inline PTX (no cooperative_groups header needed under NVRTC). fp32 accumulation; edge rows as
+// torch.softmax.
+#include "softmax_common.cuh"
+
+namespace cluster {
+
+__device__ __forceinline__ unsigned rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ unsigned index_x() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// The float2 at `local`'s shared-memory offset in block `target` of this cluster.
+__device__ __forceinline__ float2 load_remote(const float2* local, unsigned target) {
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(target));
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    return v;
+}
+
+}  // namespace cluster
+
+template <typename T, int CLUSTER, int THREADS, int PACKS, int MIN_BLOCKS>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MIN_BLOCKS)
+    softmax_cluster_split(const T* __restrict__ x, T* __restrict__ y, long long M, long long N) {
+    constexpr int VEC = 16 / sizeof(T);
+    using P = smx::Pack<T, VEC>;
+    __shared__ smx::MaxSum scratch[THREADS / 32];
+    __shared__ float2 partial;
+    const unsigned rank = cluster::rank();
+    const long long offset = static_cast<long long>(cluster::index_x()) * N;
+    const T* __restrict__ xr = x + offset;
+    T* __restrict__ yr = y + offset;
+    const smx::RowSplit rs = smx::row_split<T, VEC>(xr, static_cast<int>(N));
+    const int share = (rs.vecs + CLUSTER - 1) / CLUSTER;
+    const int begin = min(rs.vecs, static_cast<int>(rank) * share);
+    const int count = min(rs.vecs - begin, share);
+    const T* __restrict__ xb = xr + rs.head + static_cast<long long>(begin) * VEC;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int extras = rank == 0 ? rs.head + rs.tail : 0;
+
+    P fill;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) fill.v[j] = smx::neg_inf<T>();
+    P reg[PACKS];
+#pragma unroll
+    for (int i = 0; i < PACKS; ++i) {
+        const int b = tid + i * THREADS;
+        reg[i] = b < count ? smx::ldg_pack<T, VEC>(xb + static_cast<long long>(b) * VEC) : fill;
+    }
+    const float extra = tid < extras ? smx::to_float<T>(xr[smx::extra_index<VEC>(rs, tid)]) : SOFTMAX_NEG_INF;
+
+    float m = extra;
+#pragma unroll
+    for (int i = 0; i < PACKS; ++i)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) m = fmaxf(m, smx::to_float<T>(reg[i].v[j]));
+    const float base = smx::exp_base(m);
+    float s = smx::exp_from(extra, base);
+#pragma unroll
+    for (int i = 0; i < PACKS; ++i)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) s += smx::exp_from(smx::to_float<T>(reg[i].v[j]), base);
+    const smx::MaxSum mine = smx::block_merge<THREADS>(smx::MaxSum{m, s}, scratch);
+    if (tid == 0) partial = make_float2(mine.m, mine.s);
+
+    cluster::arrive();
+    cluster::wait();
+    smx::MaxSum pair{SOFTMAX_NEG_INF, 0.0f};
+    const int lane = tid & 31;
+    if (lane < CLUSTER) {
+        const float2 p = cluster::load_remote(&partial, static_cast<unsigned>(lane));
+        pair = smx::MaxSum{p.x, p.y};
+    }
+    const smx::MaxSum row = smx::warp_merge(pair);
+    cluster::arrive();
+
+    const float inv = 1.0f / row.s;
+    const bool vec_ok = smx::same_alignment<T, VEC>(xr, yr);
+    T* __restrict__ yb = yr + rs.head + static_cast<long long>(begin) * VEC;
+#pragma unroll
+    for (int i = 0; i < PACKS; ++i) {
+        const int b = tid + i * THREADS;
+        if (b < count) {
+            P out;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j)
+                out.v[j] = smx::from_float<T>(smx::exp_from(smx::to_float<T>(reg[i].v[j]), row.m) * inv);
+            T* p = yb + static_cast<long long>(b) * VEC;
+            if (vec_ok) {
+                smx::st_pack<T, VEC>(p, out);
+            } else {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) p[j] = out.v[j];
+            }
+        }
+    }
+    if (tid < extras) yr[smx::extra_index<VEC>(rs, tid)] = smx::from_float<T>(smx::exp_from(extra, row.m) * inv);
+    cluster::wait();
+}

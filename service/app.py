@@ -1,0 +1,68 @@
+"""``create_app(settings)``: the FastAPI application over the tuning database and dispatch tables.
+
+The app owns one engine, one session factory and one :class:`~service.tables.LiveTables`, all on
+``app.state``; the lifespan loads the tables before the first request and disposes the engine at
+shutdown. A new database path gets the schema (a fresh server can take uploads); a file that is not
+a tuning database is refused at start-up with ``db.DatabaseError``.
+"""
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from autotuner.exchange import ExchangeDocument
+from db.engine import make_engine, session_factory
+from service.config import Settings
+from service.errors import install_error_handlers
+from service.routes import dispatch, health, kernels, measurements, page, runs, tables
+from service.tables import LiveTables
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """Which softmax kernel to run for (m, n, dtype, GPU model), from tables fitted to measured
+sweeps; the measurements themselves; and uploads of new sweeps. Every error is a JSON object whose
+`message` says what was wrong. See docs/SERVICE.md."""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    engine = make_engine(settings.database_url, create=True)
+    live = LiveTables(engine, settings.reload_interval_s)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        live.refresh(force=True)
+        log.info("serving %d dispatch tables for GPUs %s from %s", len(live.store.tables()),
+                 ", ".join(live.store.gpus()) or "none", engine.url.render_as_string(hide_password=True))
+        try:
+            yield
+        finally:
+            engine.dispose()
+
+    app = FastAPI(title="Softmax autotuner", version="1", description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessions = session_factory(engine)
+    app.state.tables = live
+    install_error_handlers(app)
+    for module in (dispatch, tables, kernels, measurements, runs, health, page):
+        app.include_router(module.router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema plus the upload document's, which ``POST /runs`` references by hand (it reads
+    its body itself, see ``service/routes/runs.py``)."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        upload = ExchangeDocument.model_json_schema(ref_template="#/components/schemas/{model}")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.update(upload.pop("$defs", {}))
+        components["ExchangeDocument"] = upload
+        app.openapi_schema = schema
+    return app.openapi_schema

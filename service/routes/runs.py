@@ -1,0 +1,85 @@
+"""``POST /runs``: a GPU host uploads its sweep results (the exchange document the CLI exports).
+
+Order of checks, each before any work of the next: the bearer token (401), the body size (413), the
+JSON and its schema (422), then one transaction for the whole document, so nothing is half written.
+The body is read here rather than declared as a FastAPI body parameter because FastAPI parses a
+declared body before it runs dependencies, and an unauthenticated caller must get 401 whatever it sent.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from sqlalchemy.orm import Session, sessionmaker
+
+from autotuner.exchange import ExchangeDocument, ImportSummary, import_runs
+from service.deps import SettingsDep, UploadAuthDep
+from service.errors import ERROR_RESPONSES, ApiError, invalid
+from service.schemas import ErrorBody
+
+router = APIRouter(tags=["runs"])
+
+UPLOAD_BODY = {
+    "required": True,
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ExchangeDocument"}}},
+}
+
+
+@router.post(
+    "/runs",
+    status_code=201,
+    response_model=ImportSummary,
+    responses={401: {"model": ErrorBody, "description": "no, or a wrong, bearer token (or uploads disabled)"},
+               413: {"model": ErrorBody, "description": "body larger than AUTOTUNER_MAX_UPLOAD_BYTES"},
+               **ERROR_RESPONSES},
+    openapi_extra={"requestBody": UPLOAD_BODY},
+    summary="Upload sweep results (bearer token required)",
+)
+async def upload_runs(request: Request, _authorised: UploadAuthDep, settings: SettingsDep) -> ImportSummary:
+    body = await _read_body(request, settings.max_upload_bytes)
+    return await run_in_threadpool(_import, request.app.state.sessions, body)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"body of {declared} bytes is over this server's limit of {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"body is over this server's limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _import(sessions: sessionmaker[Session], body: bytes) -> ImportSummary:
+    """Parse, validate and write in a worker thread: a large document must not stall the event loop."""
+    document = _validated(body)
+    with sessions() as session:  # leaving without commit rolls everything back
+        summary = import_runs(session, document)
+        session.commit()
+    return summary
+
+
+def _refuse_non_finite(token: str) -> float:
+    # Python's json accepts NaN and Infinity, which are not JSON and would poison stored rows.
+    raise ValueError(f"{token} is not a JSON number")
+
+
+def _validated(body: bytes) -> ExchangeDocument:
+    if not body.strip():
+        raise invalid("body", "runs", "the body is empty; send the JSON document `autotuner export` writes")
+    try:
+        raw: Any = json.loads(body, parse_constant=_refuse_non_finite)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and bad UTF-8 are ValueErrors
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": f"body is not valid JSON: {exc}"}]) from None
+    try:
+        return ExchangeDocument.model_validate(raw)
+    except ValidationError as exc:
+        errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
