@@ -197,6 +197,45 @@ def select_command(
 
 
 @app.command()
+@friendly
+def report(
+    gpu: Annotated[str, typer.Option(help="GPU model whose measurements to report (h100, ...).")],
+    db: DbOption = None,
+    dtype: Annotated[str, typer.Option(help="Comma list of dtypes or 'all'.")] = "all",
+    method: MethodOption = "cold",
+    markdown_file: Annotated[Optional[str], typer.Option("--markdown", help="Also write the per-shape table here.")] = None,
+) -> None:
+    """Per shape: our best kernel against a copy of the same bytes (fraction of speed of light)."""
+    from pathlib import Path
+
+    from sqlalchemy.orm import Session
+
+    from autotuner.bench import markdown, shape_reports, summary
+    from autotuner.grid import parse_dtypes
+    from autotuner.gpu import validate_gpu_key
+    from db.engine import make_engine
+
+    check_method(method)
+    key = validate_gpu_key(gpu)
+    with Session(make_engine(db, create=False)) as session:
+        reports = shape_reports(session, key, method, parse_dtypes(dtype))
+    if not reports:
+        raise UserError(f"no measurements of {key} with method {method} in this database")
+    table = Table("dtype", "M", "N", "copy us", "best own us", "fraction", "torch us", "best own")
+    for r in reports:
+        table.add_row(r.dtype, str(r.m), str(r.n), *(f"{v:.2f}" if v else "-" for v in (r.copy_us, r.best_own_us, r.fraction, r.torch_us)),
+                      r.best_own or "-")
+    out.print(table)
+    for dt in sorted({r.dtype for r in reports}):
+        figures = summary([r for r in reports if r.dtype == dt])
+        out.print(f"{dt}: {figures['shapes']} shapes, geomean {figures['geomean'] or 0:.3f} of copy speed, "
+                  f"min {figures['min'] or 0:.3f} ({figures['worst_shape']}), "
+                  f"min on >=64MB {figures['big_min'] or 0:.3f} over {figures['big_shapes']} shapes", highlight=False)
+    if markdown_file:
+        Path(markdown_file).write_text(markdown(reports) + "\n")
+
+
+@app.command()
 def kernels(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False) -> None:
     """List every registered kernel variant, its seed, dtypes, configs and whether it runs here."""
     from autotuner.catalog import describe_variants

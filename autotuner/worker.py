@@ -21,15 +21,18 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 300.0
 
 
-def _worker_main(conn, device_index: int | None, method: str, time_cap_s: float, setup: Sequence[str]) -> None:  # noqa: ANN001
+def _resolve(spec: str):  # noqa: ANN202 - "module:attribute" → the attribute
+    module_name, _, attribute = spec.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def _worker_main(conn, device_index: int | None, method: str, time_cap_s: float, setup: Sequence[str],  # noqa: ANN001
+                 measurer_factory: str) -> None:
     if device_index is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(device_index)
     for hook in setup:  # "module:function", e.g. tests registering a deliberately faulting variant
-        module_name, _, function_name = hook.partition(":")
-        getattr(importlib.import_module(module_name), function_name)()
-    from autotuner.measure import Measurer
-
-    measurer = Measurer(method, time_cap_s=time_cap_s)
+        _resolve(hook)()
+    measurer = _resolve(measurer_factory)(method, time_cap_s=time_cap_s)
     conn.send({"ready": True})
     while True:
         try:
@@ -48,12 +51,14 @@ class WorkerRunner:
     """Measures items in a child process bound to one GPU; replaces the child after a fault or hang."""
 
     def __init__(self, device_index: int | None = None, method: str = "cold", *, item_timeout_s: float = 120.0,
-                 time_cap_s: float = 0.5, setup: Sequence[str] = ()):
+                 time_cap_s: float = 0.5, setup: Sequence[str] = (),
+                 measurer_factory: str = "autotuner.measure:Measurer"):
         self.device_index = device_index
         self.method = method
         self.item_timeout_s = item_timeout_s
         self.time_cap_s = time_cap_s
         self.setup = tuple(setup)
+        self.measurer_factory = measurer_factory
         self._context = mp.get_context("spawn")
         self._process = None
         self._conn = None
@@ -62,7 +67,8 @@ class WorkerRunner:
     def _start(self) -> None:
         parent, child = self._context.Pipe()
         self._process = self._context.Process(
-            target=_worker_main, args=(child, self.device_index, self.method, self.time_cap_s, self.setup), daemon=True
+            target=_worker_main, daemon=True,
+            args=(child, self.device_index, self.method, self.time_cap_s, self.setup, self.measurer_factory),
         )
         self._process.start()
         child.close()
@@ -98,7 +104,8 @@ class WorkerRunner:
         try:
             result = self._conn.recv()
         except (EOFError, ConnectionError):
-            code = self._process.exitcode if self._process is not None else None
+            self._process.join(timeout=10)  # the exit code is only known once the process is reaped
+            code = self._process.exitcode
             self._replace()
             return failure("fault", f"worker process died (exit code {code}) after {time.monotonic() - started:.1f} s",
                            fatal=True)

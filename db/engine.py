@@ -75,14 +75,21 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
                         f"point --db or ${ENV_VAR} at a tuning database or a new path"
                     )
         path.parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(resolved, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000} if is_sqlite else {})
+    try:
+        engine = create_engine(resolved, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000} if is_sqlite else {})
+    except (ArgumentError, ImportError) as exc:  # unknown dialect, or its driver is not installed
+        raise DatabaseError(
+            f"cannot use database URL {parsed.render_as_string(hide_password=True)}: {exc}; accepted: an SQLite "
+            f"path or sqlite:///PATH, or postgresql+psycopg://... with the 'postgres' extra installed"
+        ) from None
     if is_sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
     try:
         check_schema(engine, create=create)
-    except (OperationalError, SADatabaseError) as exc:
+    except (OperationalError, SADatabaseError, ValueError) as exc:
         engine.dispose()
-        raise DatabaseError(f"cannot open database {parsed.render_as_string(hide_password=True)}: {exc.orig}") from None
+        reason = getattr(exc, "orig", None) or exc
+        raise DatabaseError(f"cannot open database {parsed.render_as_string(hide_password=True)}: {reason}") from None
     except DatabaseError:
         engine.dispose()
         raise

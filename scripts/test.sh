@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): set up .venv on a fresh machine, start a throwaway PostgreSQL
+# server if this machine can run one, and run the CPU suite (GPU tests skip themselves without a GPU).
+# Extra arguments go to pytest, e.g. `scripts/test.sh -m gpu` on a GPU host.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup_env.sh
+
+pg_dir=""
+cleanup() { [ -n "$pg_dir" ] && runuser -u postgres -- pg_ctl -D "$pg_dir/data" -m immediate stop >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+if [ -z "${AUTOTUNER_TEST_POSTGRES_URL:-}" ] && command -v initdb >/dev/null && id postgres >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  pg_dir=$(mktemp -d /tmp/autotuner-pg.XXXXXX); chown postgres "$pg_dir"
+  port=55432
+  if runuser -u postgres -- initdb -D "$pg_dir/data" -A trust -U postgres >"$pg_dir/initdb.log" 2>&1 &&
+     runuser -u postgres -- pg_ctl -D "$pg_dir/data" -l "$pg_dir/server.log" -w \
+       -o "-p $port -k $pg_dir -c listen_addresses=127.0.0.1" start >/dev/null 2>&1; then
+    export AUTOTUNER_TEST_POSTGRES_URL="postgresql+psycopg://postgres@127.0.0.1:$port/postgres"
+    echo "test.sh: PostgreSQL started for the database tests ($AUTOTUNER_TEST_POSTGRES_URL)"
+  else
+    echo "test.sh: could not start PostgreSQL (see $pg_dir); its tests will be skipped"
+  fi
+fi
+python -m pytest "$@"

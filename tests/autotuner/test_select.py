@@ -1,0 +1,69 @@
+"""The embedded lookup: no GPU libraries imported, fallbacks in order, clear errors, fast warm path."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autotuner.select import KernelChoice, TableStore, UnknownGpuError
+from autotuner.table import DispatchTable
+from tests.autotuner.test_table import document
+
+
+def store_with(*gpus: str) -> TableStore:
+    return TableStore(DispatchTable({**document(), "gpu": gpu}) for gpu in gpus)
+
+
+def test_importing_and_calling_select_kernel_loads_neither_torch_nor_cupy():
+    code = ("import sys; from autotuner import select_kernel; c = select_kernel(4096, 32000, 'bf16', gpu='h100');"
+            "print(c.variant); assert 'torch' not in sys.modules and 'cupy' not in sys.modules, sorted(sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_choice_is_immutable_and_its_config_a_fresh_plain_dict():
+    choice = store_with("h100").select(4096, 1024, "bfloat16", "h100")
+    assert isinstance(choice, KernelChoice) and choice.variant == "vector" and choice.dtype == "bf16"
+    config = choice.config
+    config["vec"] = 1
+    assert choice.config == {"vec": 8}
+    with pytest.raises(AttributeError):
+        choice.variant = "other"  # type: ignore[misc]
+
+
+def test_missing_gpu_falls_back_to_nearest_model_with_a_warning():
+    store = store_with("h100", "a100")
+    with pytest.warns(RuntimeWarning, match="'h100'"):
+        choice = store.select(1, 1024, "bf16", "h200")
+    assert choice.source == "nearest-gpu:h100" and choice.gpu == "h200"
+
+
+def test_without_any_table_the_documented_rule_answers_any_shape():
+    choice = TableStore().select(3, 123457, "fp16", "h100")
+    assert choice.variant == "torch_softmax" and choice.source == "fallback"
+
+
+def test_strict_lookup_names_the_known_gpus():
+    with pytest.raises(UnknownGpuError, match="known: a100, h100"):
+        store_with("h100", "a100").select(1, 1024, "bf16", "mi300", allow_fallback=False)
+
+
+@pytest.mark.parametrize("m, n, dtype, error", [
+    (-1, 10, "fp32", ValueError), (1, 0, "fp32", ValueError), (1, 2**31, "fp32", ValueError),
+    (1.5, 10, "fp32", TypeError), (1, 10, "int8", ValueError),
+])
+def test_bad_arguments_raise_clear_errors(m, n, dtype, error):
+    with pytest.raises(error):
+        TableStore().select(m, n, dtype, "h100")
+
+
+def test_warm_lookup_is_a_dictionary_probe():
+    store = store_with("h100")
+    store.select(4096, 50000, "bf16", "h100")
+    started = time.perf_counter()
+    for _ in range(10000):
+        store.select(4096, 50000, "bf16", "h100")
+    per_call_us = (time.perf_counter() - started) / 10000 * 1e6
+    assert per_call_us < 5.0  # generous for a loaded CI machine; docs/BENCHMARKS.md has the measured figure
