@@ -42,7 +42,7 @@ def build_for(variant_name: str, config: dict[str, Any], dtype: str, n: int) -> 
     return build
 
 
-def softmax(x: Any, dim: int = -1) -> Any:
+def _validate(x: Any, dim: int) -> str:
     import torch
 
     if not isinstance(x, torch.Tensor):
@@ -54,6 +54,14 @@ def softmax(x: Any, dim: int = -1) -> Any:
         raise ValueError("softmax needs at least one dimension")
     if not -x.dim() <= dim < x.dim():
         raise IndexError(f"dim {dim} out of range for a {x.dim()}-D tensor")
+    return dtype
+
+
+def _softmax_impl(x: Any, dim: int) -> Any:
+    """The op's body: rows to 2-D contiguous, dispatch, launch on the current stream."""
+    import torch
+
+    dtype = _validate(x, dim)
     if x.device.type != "cuda":
         return torch.softmax(x, dim=dim)
     last = dim in (-1, x.dim() - 1)
@@ -63,8 +71,49 @@ def softmax(x: Any, dim: int = -1) -> Any:
     m = rows.shape[0]
     out = torch.empty_like(rows)
     if m and n:
-        with torch.cuda.device(x.device):
-            choice = select_kernel(m, n, dtype, gpu=_gpu_key(torch, x.device))
-            build_for(choice.variant, choice.config, dtype, n).launch(rows, out)
+        choice = select_kernel(m, n, dtype, gpu=_gpu_key(torch, x.device))
+        build = build_for(choice.variant, choice.config, dtype, n)
+        if x.device.index == torch.cuda.current_device():
+            build.launch(rows, out)
+        else:
+            with torch.cuda.device(x.device):
+                build.launch(rows, out)
     result = out.reshape(moved.shape)
-    return result if last else result.movedim(-1, dim)
+    return result if last else result.movedim(-1, dim).contiguous()
+
+
+_op = None
+
+
+def _registered_op() -> Any:
+    """``torch.ops.autotuner.softmax``: a custom op, so torch.compile treats the launch as one opaque
+    call (with a fake implementation for shape propagation) and CUDA-graph capture records it."""
+    global _op
+    if _op is None:
+        with _lock:
+            if _op is None:
+                import torch
+
+                # explicit schema: this module's annotations are strings (``from __future__``)
+                @torch.library.custom_op("autotuner::softmax", mutates_args=(), schema="(Tensor x, int dim) -> Tensor")
+                def autotuner_softmax(x, dim):  # noqa: ANN001, ANN202
+                    return _softmax_impl(x, dim)
+
+                @autotuner_softmax.register_fake
+                def _(x, dim):  # noqa: ANN001, ANN202
+                    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+                _op = autotuner_softmax
+    return _op
+
+
+def softmax(x: Any, dim: int = -1) -> Any:
+    """Softmax over ``dim`` with the dispatched kernel (torch.softmax for CPU tensors)."""
+    import torch
+
+    _validate(x, dim)
+    if x.device.type != "cuda":
+        return torch.softmax(x, dim=dim)
+    if torch.compiler.is_compiling():
+        return _registered_op()(x, dim)
+    return _softmax_impl(x, dim)  # eager: skip the custom-op dispatcher's per-call cost
