@@ -287,3 +287,5 @@ def serve(
 
 if __name__ == "__main__":
     app()
+
+from autotuner import cli_evaluate  # noqa: E402,F401 - registers the evaluate and bench commands
