@@ -1,4 +1,103 @@
 """CLI commands for evaluating dispatch tables and the dispatched softmax (registered on ``cli.app``)."""
 from __future__ import annotations
 
-from autotuner.cli import app  # noqa: F401 - commands below register on it
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from autotuner.cli import DbOption, MethodOption, UserError, app, check_method, console, friendly, out
+
+
+@app.command()
+@friendly
+def evaluate(
+    gpu: Annotated[str, typer.Option(help="GPU model whose tables to score (h100, ...) or 'auto' (sweeps need the GPU).")],
+    db: DbOption = None,
+    dtype: Annotated[str, typer.Option(help="Comma list of dtypes or 'all'.")] = "all",
+    m: Annotated[Optional[str], typer.Option("--m", help="Held-out M list (default: 3,77,500,2000,6000).")] = None,
+    n: Annotated[Optional[str], typer.Option("--n", help="Held-out N list (default: 1000,...,200000, off the grid).")] = None,
+    method: MethodOption = "cold",
+    sweep: Annotated[bool, typer.Option("--sweep/--no-sweep", help="Measure the held-out shapes first (needs the GPU).")] = True,
+    device: Annotated[int, typer.Option(help="CUDA device index for the held-out sweep.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
+) -> None:
+    """Sweep held-out shapes (never used by fit) and score each current table's regret on them."""
+    import sys
+
+    from sqlalchemy.orm import Session
+
+    from autotuner import grid as grids
+    from autotuner.evaluate import HELD_OUT_M, HELD_OUT_N, HELD_OUT_PURPOSE, held_out_scores
+    from autotuner.gpu import resolve_gpu, validate_gpu_key
+    from autotuner.store import tables_in_database
+    from db.engine import make_engine
+
+    check_method(method)
+    dtypes = grids.parse_dtypes(dtype)
+    engine = make_engine(db)
+    key = validate_gpu_key(gpu) if gpu != "auto" else None
+    if sweep:
+        from autotuner.env import collect_environment
+        from autotuner.progress import SweepProgress
+        from autotuner.sweep import Sweep, plan, usable_variants
+        from autotuner.worker import WorkerRunner
+        from kernels import all_variants
+
+        ms = grids.parse_int_list(m, "--m") if m else list(HELD_OUT_M)
+        ns = grids.parse_int_list(n, "--n") if n else list(HELD_OUT_N)
+        info = resolve_gpu(gpu, device)
+        key = info.key
+        variants, _ = usable_variants(all_variants())
+        candidates, items = plan(variants, grids.shapes(ms, ns, dtypes))
+        held_out = Sweep(engine, info, collect_environment(), method, candidates, command=" ".join(sys.argv),
+                         grid={"m": ms, "n": ns, "purpose": HELD_OUT_PURPOSE})
+        with WorkerRunner(device, method) as runner, SweepProgress(console, len(items)) as progress:
+            held_out.run(runner, items, progress.update)
+    scores = {}
+    for table in tables_in_database(engine=engine):
+        if table.gpu == key and table.dtype in dtypes and table.timing_method == method:
+            with Session(engine) as session:
+                scores[table.dtype] = held_out_scores(session, table)
+    if not scores:
+        raise UserError(f"no fitted {method} table for {key}: run `autotuner fit --gpu {key}` first")
+    if as_json:
+        out.print_json(json.dumps(scores))
+        return
+    report = Table("dtype", "held-out shapes", "regret geomean", "p95", "max", "misses")
+    for dt, score in scores.items():
+        report.add_row(dt, str(score["shapes"]), *(f"{score[k]:.4f}" if score[k] else "-" for k in ("geomean", "p95", "max")),
+                       str(score["misses"]))
+    out.print(report)
+
+
+@app.command()
+@friendly
+def bench(
+    dtype: Annotated[str, typer.Option(help="Comma list of dtypes or 'all'.")] = "all",
+    m: Annotated[Optional[str], typer.Option("--m", help="M list (default: the sweep grid's).")] = None,
+    n: Annotated[Optional[str], typer.Option("--n", help="N list (default: the sweep grid's).")] = None,
+    held_out: Annotated[bool, typer.Option("--held-out", help="Use the held-out shape lists instead of the grid.")] = False,
+    method: MethodOption = "cold",
+    output: Annotated[str, typer.Option(help="Folder for bench.csv and bench.png.")] = "bench-out",
+) -> None:
+    """Time the dispatched softmax against a copy of the same bytes, torch.softmax, QuACK and Liger."""
+    from autotuner import grid as grids
+    from autotuner.benchrun import bench_shapes, summarize, write_outputs
+    from autotuner.evaluate import HELD_OUT_M, HELD_OUT_N
+    from autotuner.gpu import detect_gpu
+
+    check_method(method)
+    info = detect_gpu()
+    default_m, default_n = (HELD_OUT_M, HELD_OUT_N) if held_out else (grids.DEFAULT_M, grids.DEFAULT_N)
+    ms = grids.parse_int_list(m, "--m") if m else list(default_m)
+    ns = grids.parse_int_list(n, "--n") if n else list(default_n)
+    shapes = sorted(grids.shapes(ms, ns, grids.parse_dtypes(dtype)), key=lambda s: (s[2], s[0], s[1]))
+    rows = bench_shapes(shapes, method, progress=lambda line: console.print(line, highlight=False))
+    written = write_outputs(rows, Path(output), info.name)
+    for dt in sorted({r["dtype"] for r in rows}):
+        figures = summarize([r for r in rows if r["dtype"] == dt])
+        out.print(f"{info.key} {dt}: {figures}", highlight=False)
+    out.print(f"overall: {summarize(rows)}; wrote {', '.join(map(str, written))}", highlight=False)

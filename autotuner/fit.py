@@ -172,7 +172,8 @@ def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "
     rows = queries.measurements_for(session, gpu_key, dtype, timing_method)
     if environment_id is None and rows:
         environment_id = rows[0][2].environment_id  # newest run's environment
-    rows = [r for r in rows if r[2].environment_id == environment_id]
+    rows = [r for r in rows if r[2].environment_id == environment_id
+            and (r[2].grid or {}).get("purpose") != "held-out"]  # held-out shapes only score tables
     observations, banned, runs = select_observations(rows, current_hash, any_source)
     if not observations:
         raise FitError(f"no verified measurements of {gpu_key}/{dtype} with timing method {timing_method!r}")
