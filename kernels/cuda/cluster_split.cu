@@ -3,8 +3,10 @@
 //
 // Grid: CLUSTER * M blocks; the cluster size is fixed at compile time (__cluster_dims__), so an
 // ordinary launch (CuPy's) forms clusters; cluster c is row c, cluster rank r takes the r-th share
-// of the row's 16-byte body vectors (smx::row_split), PACKS vectors per thread, kept in registers
-// in the input type. Rank 0 also takes the < 2 * VEC head/tail scalars (one float register each).
+// of the row's 16-byte body vectors (smx::row_split). Share vector b goes to thread b % THREADS:
+// the first PACKS per thread stay in registers in the input type (smx::RowTile), any beyond go to
+// dynamic shared memory slot b - PACKS * THREADS by cp.async (the host sizes it from N; 0 when the
+// share fits the registers). Rank 0 also holds the < 2 * VEC head/tail scalars, one per thread.
 //
 //   1. load the share (all loads in flight), thread max, then sum of exp(x - max);
 //   2. one MaxSum block reduction; thread 0 publishes the block's pair in its shared memory;
@@ -13,8 +15,8 @@
 //      ld.shared::cluster) and a warp merge gives every thread the row's (max, sum); the merge
 //      order is the same in every warp and block, so the whole row uses one bitwise (max, sum);
 //   5. arrive on a second cluster barrier (done reading remote shared memory), write the share
-//      from registers, and wait on that barrier before exiting, so no block's shared memory is
-//      released while another block of the cluster may still read it.
+//      from registers / shared memory, and wait on that barrier before exiting, so no block's
+//      shared memory is released while another block of the cluster may still read it.
 // The row is read from global memory once and written once, whatever M. Cluster operations are
 // inline PTX (no cooperative_groups header needed under NVRTC). fp32 accumulation; edge rows as
 // torch.softmax.
@@ -46,11 +48,12 @@ __device__ __forceinline__ float2 load_remote(const float2* local, unsigned targ
 
 }  // namespace cluster
 
-template <typename T, int CLUSTER, int THREADS, int PACKS, int MIN_BLOCKS>
-__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MIN_BLOCKS)
+template <typename T, int CLUSTER, int THREADS, int PACKS>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, smx::row_min_blocks(THREADS, 4 * PACKS, 32))
     softmax_cluster_split(const T* __restrict__ x, T* __restrict__ y, long long M, long long N) {
     constexpr int VEC = 16 / sizeof(T);
-    using P = smx::Pack<T, VEC>;
+    constexpr int IN_REGS = PACKS * THREADS;  // share vectors held in registers; the rest in `cache`
+    extern __shared__ uint4 cache[];
     __shared__ smx::MaxSum scratch[THREADS / 32];
     __shared__ float2 partial;
     const unsigned rank = cluster::rank();
@@ -58,35 +61,31 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MIN_B
     const T* __restrict__ xr = x + offset;
     T* __restrict__ yr = y + offset;
     const smx::RowSplit rs = smx::row_split<T, VEC>(xr, static_cast<int>(N));
-    const int share = (rs.vecs + CLUSTER - 1) / CLUSTER;
-    const int begin = min(rs.vecs, static_cast<int>(rank) * share);
-    const int count = min(rs.vecs - begin, share);
-    const T* __restrict__ xb = xr + rs.head + static_cast<long long>(begin) * VEC;
+    const int per_block = (rs.vecs + CLUSTER - 1) / CLUSTER;
+    const int begin = min(rs.vecs, static_cast<int>(rank) * per_block);
+    const int count = min(rs.vecs - begin, per_block);  // vectors of this block's share
+    const smx::RowSplit front{0, min(count, IN_REGS), 0};  // the register part, as a row of its own
+    const T* __restrict__ xs = xr + rs.head + static_cast<long long>(begin) * VEC;
     const int tid = static_cast<int>(threadIdx.x);
+    __builtin_assume(tid >= 0);  // lets the empty head/tail slot of smx::RowTile fold away
     const int extras = rank == 0 ? rs.head + rs.tail : 0;
 
-    P fill;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) fill.v[j] = smx::neg_inf<T>();
-    P reg[PACKS];
-#pragma unroll
-    for (int i = 0; i < PACKS; ++i) {
-        const int b = tid + i * THREADS;
-        reg[i] = b < count ? smx::ldg_pack<T, VEC>(xb + static_cast<long long>(b) * VEC) : fill;
-    }
+    smx::RowTile<T, VEC, PACKS, THREADS> tile;
+    tile.load(xs, front, tid);
+    for (int b = tid + IN_REGS; b < count; b += THREADS)
+        smx::cp_async16(&cache[b - IN_REGS], xs + static_cast<long long>(b) * VEC);
     const float extra = tid < extras ? smx::to_float<T>(xr[smx::extra_index<VEC>(rs, tid)]) : SOFTMAX_NEG_INF;
 
-    float m = extra;
-#pragma unroll
-    for (int i = 0; i < PACKS; ++i)
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) m = fmaxf(m, smx::to_float<T>(reg[i].v[j]));
+    float m = fmaxf(tile.max(), extra);
+    smx::cp_async_wait_all();
+    for (int b = tid + IN_REGS; b < count; b += THREADS)
+        smx::for_each_in<T>(cache[b - IN_REGS], [&](float v) { m = fmaxf(m, v); });
     const float base = smx::exp_base(m);
+    if constexpr (sizeof(T) == 2) tile.reconvert_later(smx::opaque_zero());
     float s = smx::exp_from(extra, base);
-#pragma unroll
-    for (int i = 0; i < PACKS; ++i)
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) s += smx::exp_from(smx::to_float<T>(reg[i].v[j]), base);
+    tile.for_each([&](float v) { s += smx::exp_from(v, base); });
+    for (int b = tid + IN_REGS; b < count; b += THREADS)
+        smx::for_each_in<T>(cache[b - IN_REGS], [&](float v) { s += smx::exp_from(v, base); });
     const smx::MaxSum mine = smx::block_merge<THREADS>(smx::MaxSum{m, s}, scratch);
     if (tid == 0) partial = make_float2(mine.m, mine.s);
 
@@ -99,28 +98,16 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MIN_B
         pair = smx::MaxSum{p.x, p.y};
     }
     const smx::MaxSum row = smx::warp_merge(pair);
-    cluster::arrive();
+    cluster::arrive();  // release: orders the remote loads before it (a relaxed arrive would not)
 
     const float inv = 1.0f / row.s;
+    auto out = [&](float v) { return smx::exp_from(v, row.m) * inv; };
     const bool vec_ok = smx::same_alignment<T, VEC>(xr, yr);
-    T* __restrict__ yb = yr + rs.head + static_cast<long long>(begin) * VEC;
-#pragma unroll
-    for (int i = 0; i < PACKS; ++i) {
-        const int b = tid + i * THREADS;
-        if (b < count) {
-            P out;
-#pragma unroll
-            for (int j = 0; j < VEC; ++j)
-                out.v[j] = smx::from_float<T>(smx::exp_from(smx::to_float<T>(reg[i].v[j]), row.m) * inv);
-            T* p = yb + static_cast<long long>(b) * VEC;
-            if (vec_ok) {
-                smx::st_pack<T, VEC>(p, out);
-            } else {
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) p[j] = out.v[j];
-            }
-        }
-    }
-    if (tid < extras) yr[smx::extra_index<VEC>(rs, tid)] = smx::from_float<T>(smx::exp_from(extra, row.m) * inv);
+    T* __restrict__ ys = yr + rs.head + static_cast<long long>(begin) * VEC;
+    if constexpr (sizeof(T) == 2) tile.reconvert_later(smx::opaque_zero());
+    tile.store(ys, front, tid, vec_ok, out);
+    for (int b = tid + IN_REGS; b < count; b += THREADS)
+        smx::store_vec<T>(ys + static_cast<long long>(b) * VEC, smx::map_vec<T>(cache[b - IN_REGS], out), vec_ok);
+    if (tid < extras) yr[smx::extra_index<VEC>(rs, tid)] = smx::from_float<T>(out(extra));
     cluster::wait();
 }

@@ -226,6 +226,20 @@ template <> struct Word<__nv_bfloat16> {
     }
 };
 
+// Blocks per SM to ask of __launch_bounds__ for THREADS-thread blocks whose threads each keep DATA
+// registers of row: the most that still leave SPARE registers a thread for everything else (64K
+// registers and 2048 threads per SM on sm_80 and sm_90). Without it ptxas spends registers on
+// scheduling freedom and occupancy halves.
+__host__ __device__ constexpr int row_min_blocks(int threads, int data, int spare = 24) {
+    const int per_thread = (data + spare + 7) / 8 * 8;
+    const int fit = 65536 / (threads * per_thread);
+    const int most = 2048 / threads;
+    return fit < 1 ? 1 : (fit > most ? most : fit);
+}
+
+// 0 at run time (kernels here launch 1-D blocks) but unknown to the compiler.
+__device__ __forceinline__ unsigned opaque_zero() { return threadIdx.y; }
+
 // A row of n elements split at the VEC-element boundaries of its *input* address: `head` scalars up
 // to the first boundary, `vecs` aligned vectors, `tail` scalars after them. Any N and any row start
 // (odd N, an offset view) then loads full-width vectors. n = 0 gives an empty split.
@@ -265,13 +279,16 @@ template <typename T, int VEC, int ITEMS, int LANES> struct RowTile {
     unsigned w[ITEMS][WORDS];
     float e[EXTRA > 0 ? EXTRA : 1];
 
+    // One base pointer and compile-time offsets: the loads use immediate offsets, not a 64-bit
+    // address register each.
     __device__ __forceinline__ void load(const T* __restrict__ row, RowSplit s, int lane) {
+        const T* __restrict__ base = row + s.head + lane * VEC;
+        const int left = s.vecs - lane;  // body vectors from this lane's first one on
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
-            const int vi = lane + i * LANES;
             Vec u;
-            if (vi < s.vecs) {
-                u.raw = __ldg(reinterpret_cast<const Raw*>(row + s.head + vi * VEC));
+            if (i * LANES < left) {
+                u.raw = __ldg(reinterpret_cast<const Raw*>(base + i * LANES * VEC));
             } else {
 #pragma unroll
                 for (int k = 0; k < WORDS; ++k) u.w[k] = Word<T>::neg_inf();
@@ -303,37 +320,57 @@ template <typename T, int VEC, int ITEMS, int LANES> struct RowTile {
 #pragma unroll
         for (int j = 0; j < EXTRA; ++j) f(e[j]);
     }
-    // Replace every slot by f(value): float rows only (a 16-bit slot would round).
-    template <typename F> __device__ __forceinline__ void apply(F f) {
-        static_assert(sizeof(T) == 4, "apply keeps fp32 values: float rows only");
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i)
-#pragma unroll
-            for (int k = 0; k < WORDS; ++k) w[i][k] = __float_as_uint(f(__uint_as_float(w[i][k])));
-#pragma unroll
-        for (int j = 0; j < EXTRA; ++j) e[j] = f(e[j]);
-    }
-    // Makes the words opaque to the compiler, so a 16-bit row is converted again at its next use
-    // instead of being kept as floats beside the packed copy (which doubles the registers).
-    __device__ __forceinline__ void reconvert_later() {
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i)
-#pragma unroll
-            for (int k = 0; k < WORDS; ++k) asm volatile("" : "+r"(w[i][k]));
-    }
+    // One accumulator in max() and sum(): more independent chains raise register pressure enough
+    // to spill under the occupancy caps, and the exps are MUFU-throughput bound anyway.
     __device__ __forceinline__ float max() const {
         float m = SOFTMAX_NEG_INF;
         for_each([&](float a) { m = fmaxf(m, a); });
         return m;
     }
+    // Sum of f(value) over every slot (f must give 0 for a masked -inf slot).
+    template <typename F> __device__ __forceinline__ float sum(F f) const {
+        float s = 0.0f;
+        for_each([&](float a) { s += f(a); });
+        return s;
+    }
+    // Replace every slot by f(value) and return the sum of the new values: float rows only (a
+    // 16-bit slot would round).
+    template <typename F> __device__ __forceinline__ float apply_sum(F f) {
+        static_assert(sizeof(T) == 4, "apply_sum keeps fp32 values: float rows only");
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+            for (int k = 0; k < WORDS; ++k) {
+                const float v = f(__uint_as_float(w[i][k]));
+                s += v;
+                w[i][k] = __float_as_uint(v);
+            }
+#pragma unroll
+        for (int j = 0; j < EXTRA; ++j) {
+            e[j] = f(e[j]);
+            s += e[j];
+        }
+        return s;
+    }
+    // Renames the words (XOR with a zero the compiler cannot see through: opaque_zero()), so a
+    // 16-bit row is converted again at its next use instead of being kept as floats beside the
+    // packed copy, which would double its registers. One LOP3 per word.
+    __device__ __forceinline__ void reconvert_later(unsigned zero) {
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+            for (int k = 0; k < WORDS; ++k) w[i][k] ^= zero;
+    }
 
     // Write f(value) of every slot that belongs to the row; `vec_ok` from same_alignment().
     template <typename F>
     __device__ __forceinline__ void store(T* __restrict__ row, RowSplit s, int lane, bool vec_ok, F f) const {
+        T* __restrict__ base = row + s.head + lane * VEC;
+        const int left = s.vecs - lane;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
-            const int vi = lane + i * LANES;
-            if (vi < s.vecs) {
+            if (i * LANES < left) {
                 Vec u;
 #pragma unroll
                 for (int k = 0; k < WORDS; ++k) {
@@ -345,7 +382,7 @@ template <typename T, int VEC, int ITEMS, int LANES> struct RowTile {
                         u.w[k] = Word<T>::pack(a, f(p.y));
                     }
                 }
-                T* p = row + s.head + vi * VEC;
+                T* p = base + i * LANES * VEC;
                 if (vec_ok) {
                     *reinterpret_cast<Raw*>(p) = u.raw;
                 } else if constexpr (sizeof(T) == 4) {
@@ -372,8 +409,9 @@ template <typename T, int VEC, int ITEMS, int LANES> struct RowTile {
 
 // ---------------------------------------------------------------------------------------------
 // Rows larger than a block's registers (two_pass, split_row, smem_cache, cluster_split). Additive:
-// nothing above depends on it. Rows are split with row_split(): aligned 16-byte body vectors plus
-// at most 2 * (VEC - 1) head/tail scalars ("extras"), which one block of the row handles.
+// nothing above depends on it. Rows are split with row_split() into aligned 16-byte body vectors
+// (held as uint4 words, see Word<T>) plus at most 2 * (VEC - 1) head/tail scalars ("extras"),
+// which one block of the row handles.
 namespace smx {
 
 // Position in the row of extra element k (0 <= k < head + tail): the head first, then the tail.
@@ -381,79 +419,126 @@ template <int VEC> __device__ __forceinline__ int extra_index(RowSplit s, int k)
     return k < s.head ? k : k + s.vecs * VEC;
 }
 
-// Adds U x VEC values to a running (max, sum) with one rescale for the lot. -inf lanes (masked or
-// real) add 0; a max still at -inf uses base 0 (exp_base), so no -inf - -inf NaN appears; NaN and
-// +inf reach the sum as NaN, which makes the whole row NaN as torch does.
-template <int U, int VEC> __device__ __forceinline__ MaxSum fold(MaxSum acc, const float (&v)[U][VEC]) {
-    float m = acc.m;
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) m = fmaxf(m, v[u][j]);
+// 16 bytes global -> shared without a register round trip (sm_80+), and the wait that makes this
+// thread's copies visible to itself (no block barrier needed when each thread reads its own slots).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// A running (max, sum) with one more value (an extra scalar of the row) added.
+__device__ __forceinline__ MaxSum add_value(MaxSum acc, float v) {
+    const float m = fmaxf(acc.m, v);
     const float base = exp_base(m);
-    float s = acc.s * exp_from(acc.m, base);
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) s += exp_from(v[u][j], base);
-    return MaxSum{m, s};
+    return MaxSum{m, acc.s * exp_from(acc.m, base) + exp_from(v, base)};
 }
 
-// This thread's (max, sum) over body vectors [begin, end) of `body` (16-byte aligned), taking
-// vectors begin + threadIdx.x + k * THREADS with UNROLL loads issued before any is used.
-template <typename T, int VEC, int THREADS, int UNROLL>
+// f(value) for the 16 / sizeof(T) elements of one 16-byte vector.
+template <typename T, typename F> __device__ __forceinline__ void for_each_in(const uint4& r, F f) {
+    const unsigned w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        if constexpr (sizeof(T) == 4) {
+            f(__uint_as_float(w[k]));
+        } else {
+            const float2 p = Word<T>::unpack(w[k]);
+            f(p.x);
+            f(p.y);
+        }
+    }
+}
+// The 16-byte vector of f(value) for the elements of r.
+template <typename T, typename F> __device__ __forceinline__ uint4 map_vec(const uint4& r, F f) {
+    const unsigned w[4] = {r.x, r.y, r.z, r.w};
+    unsigned o[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        if constexpr (sizeof(T) == 4) {
+            o[k] = __float_as_uint(f(__uint_as_float(w[k])));
+        } else {
+            const float2 p = Word<T>::unpack(w[k]);
+            const float a = f(p.x);
+            o[k] = Word<T>::pack(a, f(p.y));
+        }
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+// Stores a 16-byte vector at p: one st.global.cs (evict-first) when p is 16-byte aligned
+// (`vec_ok`), else element by element (y at another 16-byte phase than x).
+template <typename T> __device__ __forceinline__ void store_vec(T* p, const uint4& v, bool vec_ok) {
+    if (vec_ok) {
+        __stcs(reinterpret_cast<uint4*>(p), v);
+    } else {
+        const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            if constexpr (sizeof(T) == 4) {
+                reinterpret_cast<unsigned*>(p)[k] = w[k];
+            } else {
+                reinterpret_cast<unsigned short*>(p)[2 * k] = static_cast<unsigned short>(w[k]);
+                reinterpret_cast<unsigned short*>(p)[2 * k + 1] = static_cast<unsigned short>(w[k] >> 16);
+            }
+        }
+    }
+}
+// `r` unchanged at run time, renamed for the compilers (see opaque_zero): a 16-bit vector used by
+// two loops is converted once per loop instead of being kept as floats between them.
+__device__ __forceinline__ uint4 renamed(const uint4& r) {
+    const unsigned z = opaque_zero();
+    return make_uint4(r.x ^ z, r.y ^ z, r.z ^ z, r.w ^ z);
+}
+__device__ __forceinline__ uint4 neg_inf_vec(unsigned word) { return make_uint4(word, word, word, word); }
+
+// This thread's (max, sum) over 16-byte body vectors [begin, end) of `body`, taking vectors
+// begin + threadIdx.x + k * THREADS with UNROLL loads issued before any is used; one rescale per
+// UNROLL vectors. -inf (masked) lanes add 0; a max still at -inf uses base 0 (exp_base), so no
+// -inf - -inf NaN appears; NaN and +inf reach the sum as NaN, which makes the row NaN as in torch.
+template <typename T, int THREADS, int UNROLL>
 __device__ __forceinline__ MaxSum stream_stats(const T* __restrict__ body, int begin, int end) {
     MaxSum acc{SOFTMAX_NEG_INF, 0.0f};
     for (int i0 = begin + static_cast<int>(threadIdx.x); i0 < end; i0 += THREADS * UNROLL) {
-        Pack<T, VEC> raw[UNROLL];
+        uint4 raw[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int i = i0 + u * THREADS;
-            if (i < end) raw[u] = *reinterpret_cast<const Pack<T, VEC>*>(body + static_cast<long long>(i) * VEC);
+            raw[u] = i < end ? *reinterpret_cast<const uint4*>(body + static_cast<long long>(i) * (16 / sizeof(T)))
+                             : neg_inf_vec(Word<T>::neg_inf());
         }
-        float v[UNROLL][VEC];
+        float m = acc.m;
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) for_each_in<T>(raw[u], [&](float v) { m = fmaxf(m, v); });
+        const float base = exp_base(m);
+        float s = acc.s * exp_from(acc.m, base);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) v[u][j] = i0 + u * THREADS < end ? to_float<T>(raw[u].v[j]) : SOFTMAX_NEG_INF;
-        acc = fold(acc, v);
+            for_each_in<T>(sizeof(T) == 4 ? raw[u] : renamed(raw[u]), [&](float v) { s += exp_from(v, base); });
+        acc = MaxSum{m, s};
     }
     return acc;
 }
 
 // Writes exp(x - row.m) / row.s for body vectors [begin, end), re-reading x through the read-only
-// path (the first pass has just pulled it into L2). Stores are evict-first (st.global.cs) so the
-// output does not push the input out of L2 before its re-read. `vec_ok`: y shares x's alignment.
-template <typename T, int VEC, int THREADS, int UNROLL>
-__device__ __forceinline__ void stream_normalize(const T* __restrict__ xbody, T* __restrict__ ybody, int begin, int end,
-                                                 MaxSum row, bool vec_ok) {
-    using Raw = typename RawVec<sizeof(T) * VEC>::type;
+// path (the first pass has just pulled it into L2); evict-first stores keep the output from pushing
+// the input out of L2 before its re-read. `vec_ok`: y shares x's 16-byte phase (same_alignment).
+template <typename T, int THREADS, int UNROLL>
+__device__ __forceinline__ void stream_normalize(const T* __restrict__ xbody, T* __restrict__ ybody, int begin,
+                                                 int end, MaxSum row, bool vec_ok) {
+    constexpr int VEC = 16 / sizeof(T);
     const float inv = 1.0f / row.s;
     for (int i0 = begin + static_cast<int>(threadIdx.x); i0 < end; i0 += THREADS * UNROLL) {
-        Pack<T, VEC> raw[UNROLL];
+        uint4 raw[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int i = i0 + u * THREADS;
-            if (i < end) raw[u] = ldg_pack<T, VEC>(xbody + static_cast<long long>(i) * VEC);
+            if (i < end) raw[u] = __ldg(reinterpret_cast<const uint4*>(xbody + static_cast<long long>(i) * VEC));
         }
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int i = i0 + u * THREADS;
-            if (i < end) {
-                union {
-                    Raw raw;
-                    Pack<T, VEC> pack;
-                } out;
-#pragma unroll
-                for (int j = 0; j < VEC; ++j) out.pack.v[j] = from_float<T>(exp_from(to_float<T>(raw[u].v[j]), row.m) * inv);
-                T* p = ybody + static_cast<long long>(i) * VEC;
-                if (vec_ok) {
-                    __stcs(reinterpret_cast<Raw*>(p), out.raw);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < VEC; ++j) p[j] = out.pack.v[j];
-                }
-            }
+            if (i < end)
+                store_vec<T>(ybody + static_cast<long long>(i) * VEC,
+                             map_vec<T>(raw[u], [&](float v) { return exp_from(v, row.m) * inv; }), vec_ok);
         }
     }
 }

@@ -32,11 +32,9 @@ __global__ void __launch_bounds__(THREADS) softmax_split_stats(const T* __restri
     split_range(rs.vecs, S, split, begin, end);
     const int tid = static_cast<int>(threadIdx.x);
 
-    smx::MaxSum acc = smx::stream_stats<T, VEC, THREADS, UNROLL>(xr + rs.head, begin, end);
-    if (split == 0 && tid < rs.head + rs.tail) {
-        const float e[1][1] = {{smx::to_float<T>(xr[smx::extra_index<VEC>(rs, tid)])}};
-        acc = smx::fold(acc, e);
-    }
+    smx::MaxSum acc = smx::stream_stats<T, THREADS, UNROLL>(xr + rs.head, begin, end);
+    if (split == 0 && tid < rs.head + rs.tail)
+        acc = smx::add_value(acc, smx::to_float<T>(xr[smx::extra_index<VEC>(rs, tid)]));
     const smx::MaxSum part = smx::block_merge<THREADS>(acc, scratch);
     if (tid == 0) ws[blockIdx.x] = make_float2(part.m, part.s);
 }
@@ -64,7 +62,7 @@ __global__ void __launch_bounds__(THREADS)
     const smx::MaxSum total = smx::block_merge<THREADS>(acc, scratch);
 
     const bool vec_ok = smx::same_alignment<T, VEC>(xr, yr);
-    smx::stream_normalize<T, VEC, THREADS, UNROLL>(xr + rs.head, yr + rs.head, begin, end, total, vec_ok);
+    smx::stream_normalize<T, THREADS, UNROLL>(xr + rs.head, yr + rs.head, begin, end, total, vec_ok);
     if (split == 0 && tid < rs.head + rs.tail) {
         const int k = smx::extra_index<VEC>(rs, tid);
         yr[k] = smx::from_float<T>(smx::exp_from(smx::to_float<T>(xr[k]), total.m) / total.s);

@@ -4,9 +4,9 @@
 // One block per row. Pass 1 streams the row's 16-byte body vectors, UNROLL loads in flight per
 // thread, folding them into a per-thread online (max, sum) with one rescale per UNROLL vectors; one
 // MaxSum block reduction combines the threads. Pass 2 re-reads the row through the read-only path
-// (it was read microseconds ago, so it mostly hits L2) and writes exp(x - max) / sum. Traffic is
-// two reads and one write of the row in the worst case, one read from DRAM when L2 holds the rows
-// in flight (about 132 SMs x blocks per SM x row bytes).
+// (it was read microseconds ago, so it mostly hits L2) and writes exp(x - max) / sum. DRAM traffic
+// is one read and one write of the row while L2 holds the rows in flight (SMs x blocks per SM x row
+// bytes), up to two reads and one write beyond that.
 //
 // Any N: the row is split at 16-byte boundaries (smx::row_split); the < 2 * VEC head/tail scalars
 // are taken by the first threads of the block. fp32 accumulation; edge rows as torch.softmax.
@@ -24,15 +24,12 @@ __global__ void __launch_bounds__(THREADS)
     const int extras = split.head + split.tail;
     const int tid = static_cast<int>(threadIdx.x);
 
-    smx::MaxSum acc = smx::stream_stats<T, VEC, THREADS, UNROLL>(xr + split.head, 0, split.vecs);
-    if (tid < extras) {
-        const float e[1][1] = {{smx::to_float<T>(xr[smx::extra_index<VEC>(split, tid)])}};
-        acc = smx::fold(acc, e);
-    }
+    smx::MaxSum acc = smx::stream_stats<T, THREADS, UNROLL>(xr + split.head, 0, split.vecs);
+    if (tid < extras) acc = smx::add_value(acc, smx::to_float<T>(xr[smx::extra_index<VEC>(split, tid)]));
     const smx::MaxSum row = smx::block_merge<THREADS>(acc, scratch);
 
     const bool vec_ok = smx::same_alignment<T, VEC>(xr, yr);
-    smx::stream_normalize<T, VEC, THREADS, UNROLL>(xr + split.head, yr + split.head, 0, split.vecs, row, vec_ok);
+    smx::stream_normalize<T, THREADS, UNROLL>(xr + split.head, yr + split.head, 0, split.vecs, row, vec_ok);
     if (tid < extras) {
         const int k = smx::extra_index<VEC>(split, tid);
         yr[k] = smx::from_float<T>(smx::exp_from(smx::to_float<T>(xr[k]), row.m) / row.s);

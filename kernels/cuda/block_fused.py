@@ -1,0 +1,23 @@
+"""One block per row, row in registers, three fused phases: block max, exp and block sum,
+normalize and store (seed 000). Source: ``block_fused.cu``."""
+from __future__ import annotations
+
+from kernels.cuda.block_online import BlockRowVariant
+
+
+class BlockFusedCuda(BlockRowVariant):
+    name = "cuda_block_fused"
+    seed = "000"
+    source = "block_fused.cu"
+    kernel = "softmax_block_fused"
+    dtypes = ("fp32", "fp16", "bf16")
+    description = (
+        "one block per row, row in registers (16-byte loads, any N via scalar head/tail), block max, "
+        "then exp and block sum, then normalize from registers"
+    )
+    block_items = (
+        (128, 2), (128, 4), (128, 8),
+        (256, 4), (256, 8),
+        (512, 8),
+        (1024, 4), (1024, 8), (1024, 10),
+    )

@@ -1,0 +1,141 @@
+"""Split-row softmax in one launch with thread-block clusters (``cluster_split.cu``, Hopper only).
+
+A cluster of C blocks shares each row: every block keeps its share on chip (registers, then dynamic
+shared memory), the blocks trade partial (max, sum) pairs through distributed shared memory, and
+each writes its share. The row is read once and written once, in one launch, so few long rows
+(M = 1, N = 262144) spread over C SMs per row, and long rows at large M stay on chip where one
+block could not hold them.
+
+A config is (cluster, block, packs, smem): C blocks per row, threads per block, 16-byte vectors per
+thread in registers, and KB of shared memory per block for the rest of the share (0: registers
+only). The shared memory is sized from N at each launch. C is compiled in (``__cluster_dims__``)
+so CuPy's ordinary launch forms the clusters. C = 16 is beyond the portable limit of 8: its build
+sets CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, and the launch fails (recorded by the
+sweep) where the GPU cannot co-schedule 16 blocks.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from kernels.base import SUPPORTED, Build, KernelConfig, Support, unsupported
+from kernels.cuda import loader
+from kernels.cuda.common import CudaVariant
+from kernels.cuda.loader import CUDA_TYPE
+from kernels.cuda.two_pass import MAX_GRID_X, VECTOR_BYTES, vector_width
+
+PORTABLE_CLUSTER = 8
+CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # cuda.h, CUDA 12 and 13
+
+
+def row_capacity(cluster: int, block: int, packs: int, smem_kb: int, dtype: str) -> int:
+    """Longest row (elements) a config holds: its body vectors fill every register and shared-memory
+    slot of the cluster (the head/tail scalars a misaligned row adds are held beside them)."""
+    per_block = block * packs + smem_kb * 1024 // VECTOR_BYTES
+    return cluster * per_block * vector_width(dtype)
+
+
+def share_smem_bytes(cluster: int, block: int, packs: int, n: int, dtype: str) -> int:
+    """Dynamic shared memory per block for rows of n: the share's vectors past the registers. A row
+    has at most n // VEC whole vectors and a block at most a 1/C share of them, rounded up."""
+    share = -(-(n // vector_width(dtype)) // cluster)
+    return max(0, share - block * packs) * VECTOR_BYTES
+
+
+class ClusterSplitCuda(CudaVariant):
+    name = "cuda_cluster_split"
+    seed = "beyond-seeds"
+    source = "cluster_split.cu"
+    min_arch: ClassVar[int] = 90  # thread-block clusters and distributed shared memory
+    description = (
+        "C-block thread-block cluster per row, one launch: each block holds its share in registers "
+        "(and shared memory), partial (max, sum) exchanged through distributed shared memory, row "
+        "read once (sm_90+)."
+    )
+    # (cluster, block, packs, smem KB). C = 8 spreads few rows over the most SMs (down to rows of
+    # 4K elements, where one block per row is latency-bound at small M); C = 2 / 4 keep
+    # long rows on chip at large M; 64 KB of shared memory beside 64 registers of row lets two
+    # 512-thread blocks share an SM (load of one overlapping the store of the other) with twice
+    # the share; C = 16 (non-portable) halves the share instead.
+    CONFIGS: ClassVar[tuple[tuple[int, int, int, int], ...]] = (
+        (8, 128, 4, 0), (8, 256, 4, 0), (8, 512, 4, 0), (8, 256, 8, 0), (8, 512, 8, 0), (8, 1024, 4, 0),
+        (8, 1024, 8, 0), (8, 512, 8, 64),
+        (4, 512, 8, 0), (4, 1024, 8, 0), (4, 512, 8, 64),
+        (2, 512, 8, 0), (2, 1024, 8, 0), (2, 512, 8, 64),
+        (16, 512, 8, 0), (16, 1024, 4, 0),
+    )
+
+    def available(self) -> Support:
+        ok = super().available()
+        if not ok:
+            return ok
+        import cupy
+
+        cc = int(cupy.cuda.Device().compute_capability)
+        if cc < self.min_arch:
+            return unsupported(
+                f"{self.name} needs compute capability {self.min_arch // 10}.{self.min_arch % 10} "
+                f"(thread-block clusters); this GPU is {cc // 10}.{cc % 10}"
+            )
+        return SUPPORTED
+
+    def all_configs(self) -> list[KernelConfig]:
+        return [KernelConfig.of(cluster=c, block=b, packs=p, smem=s) for c, b, p, s in self.CONFIGS]
+
+    @staticmethod
+    def _shape(config: KernelConfig) -> tuple[int, int, int, int]:
+        return int(config["cluster"]), int(config["block"]), int(config["packs"]), int(config["smem"])
+
+    def constraints(self, config: KernelConfig, dtype: str) -> dict[str, int]:
+        cluster, block, packs, smem_kb = self._shape(config)
+        cap = row_capacity(cluster, block, packs, smem_kb, dtype)
+        # n_min: a shared-memory config starts where its registers alone no longer hold the row;
+        # a registers-only config where a quarter of its slots are used (smaller configs serve
+        # shorter rows with fewer idle threads).
+        regs_only = row_capacity(cluster, block, packs, 0, dtype)
+        n_min = regs_only + 1 if smem_kb else cap // 4 + 1
+        return {"n_min": n_min, "n_max": cap, "m_max": MAX_GRID_X // cluster}
+
+    def name_expression(self, config: KernelConfig, dtype: str) -> str:
+        return (
+            f"softmax_cluster_split<{CUDA_TYPE[dtype]}, {config['cluster']}, {config['block']}, "
+            f"{config['packs']}>"
+        )
+
+    def all_name_expressions(self, dtype: str) -> list[str]:
+        # configs differing only in shared memory (a launch-time size) share their kernel
+        return list(dict.fromkeys(super().all_name_expressions(dtype)))
+
+    def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
+        return (int(config["cluster"]) * m, 1, 1)
+
+    def dynamic_smem(self, config: KernelConfig, dtype: str, n: int) -> int:
+        cluster, block, packs, _ = self._shape(config)
+        return share_smem_bytes(cluster, block, packs, n, dtype)
+
+    def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
+        function, seconds = loader.get_function(self.source, self.name_expression(config, dtype), code=self.source_code())
+        if int(config["cluster"]) > PORTABLE_CLUSTER:
+            allow_non_portable_cluster(function)
+        threads = self.threads(config)
+        resources = loader.resources_of(function, threads, self.dynamic_smem(config, dtype, n), compile_seconds=seconds)
+        return Build(self.name, config, dtype, self.make_launcher(function, config, dtype, threads), resources)
+
+    def make_launcher(self, function: Any, config: KernelConfig, dtype: str, threads: int):
+        launch_any = super().make_launcher(function, config, dtype, threads)
+        n_max = self.constraints(config, dtype)["n_max"]
+
+        def launch(x: Any, out: Any) -> None:
+            # The cluster holds n_max elements; a longer row would be left partly unwritten.
+            if x.shape[1] > n_max:
+                raise ValueError(f"{self.name} {config.key}: N={x.shape[1]} exceeds the row capacity {n_max}")
+            launch_any(x, out)
+
+        return launch
+
+
+def allow_non_portable_cluster(function: Any) -> None:
+    """Let a CuPy kernel compiled with __cluster_dims__ above 8 launch (cuFuncSetAttribute)."""
+    from cupy.cuda import driver
+
+    handle = loader.function_handle(function)
+    driver.funcSetAttribute(handle, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)

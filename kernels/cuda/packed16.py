@@ -1,0 +1,24 @@
+"""fp16 / bf16 only: one block per row, 8 x 16-bit values per 128-bit load, row packed in
+registers, half2 / bfloat162 max and pairwise conversions (seed 004). Source: ``packed16.cu``."""
+from __future__ import annotations
+
+from kernels.cuda.block_online import BlockRowVariant
+
+
+class Packed16Cuda(BlockRowVariant):
+    name = "cuda_packed16"
+    seed = "004"
+    source = "packed16.cu"
+    kernel = "softmax_packed16"
+    dtypes = ("fp16", "bf16")
+    description = (
+        "fp16/bf16: one block per row, 8 values per 128-bit load, row packed in registers, "
+        "half2/bfloat162 max, one MaxSum block reduction, pairwise float conversions"
+    )
+    # N fits when N <= block * items * 8.
+    block_items = (
+        (128, 1), (128, 2), (128, 4),
+        (256, 4), (256, 8),
+        (512, 4), (512, 8),
+        (1024, 4), (1024, 8), (1024, 10),
+    )
