@@ -7,6 +7,7 @@ parallel, once per session. Skipped, with the reason, where nvcc is absent.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib
 import os
@@ -14,7 +15,8 @@ import re
 import shutil
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,8 +121,6 @@ def demangle(reports: dict[str, KernelReport]) -> tuple[dict[str, KernelReport],
 
 
 def compile_variant(variant, arch: int, workdir: Path) -> CompileResult:
-    import time
-
     exprs = sorted({expr for expr, _, _ in instances(variant)})
     source = workdir / f"{variant.name}_sm{arch}.cu"
     refs = ",\n".join(f"    (void*)&{expr}" for expr in exprs)
@@ -132,24 +132,27 @@ def compile_variant(variant, arch: int, workdir: Path) -> CompileResult:
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
     log = done.stdout + done.stderr
-    kernels_, demangled = demangle(parse_ptxas(log))
-    return CompileResult(done.returncode == 0, log, kernels_, demangled, time.perf_counter() - started)
+    reports, demangled = demangle(parse_ptxas(log))
+    return CompileResult(done.returncode == 0, log, reports, demangled, time.perf_counter() - started)
 
 
 @functools.lru_cache(maxsize=1)
-def compile_all() -> dict[tuple[str, int], CompileResult]:
-    """Compile every importable CUDA variant for its archs, in parallel, once per session."""
-    jobs = []
+def compile_jobs() -> dict[tuple[str, int], Future]:
+    """Start compiling every importable CUDA variant for its archs, in parallel, once per session;
+    each test waits only for its own (variant, arch)."""
+    workdir = Path(tempfile.mkdtemp(prefix="softmax_nvcc_"))
+    atexit.register(shutil.rmtree, workdir, ignore_errors=True)
+    pool = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1))
+    atexit.register(pool.shutdown, wait=False, cancel_futures=True)
+    jobs: dict[tuple[str, int], Future] = {}
     for module_name, class_name in CUDA_ENTRIES:
         try:
             variant = variant_class(module_name, class_name)()
-        except Exception:  # reported by test_cuda_variant_imports
+        except Exception:  # noqa: BLE001 - reported by test_cuda_variant_imports_and_describes_itself
             continue
-        jobs += [(class_name, variant, arch) for arch in archs_of(variant)]
-    workdir = Path(tempfile.mkdtemp(prefix="softmax_nvcc_"))
-    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        futures = {(name, arch): pool.submit(compile_variant, variant, arch, workdir) for name, variant, arch in jobs}
-        return {key: future.result() for key, future in futures.items()}
+        for arch in archs_of(variant):
+            jobs[(class_name, arch)] = pool.submit(compile_variant, variant, arch, workdir)
+    return jobs
 
 
 @pytest.mark.parametrize(("module_name", "class_name"), CUDA_ENTRIES, ids=[c for _, c in CUDA_ENTRIES])
@@ -169,7 +172,7 @@ def test_cuda_variant_compiles_without_spills(module_name, class_name, arch):
     variant = variant_class(module_name, class_name)()
     if arch not in archs_of(variant):
         pytest.skip(f"{variant.name} needs sm_{variant.min_arch}+ (min_arch), not sm_{arch}")
-    result = compile_all()[(class_name, arch)]
+    result = compile_jobs()[(class_name, arch)].result()
     assert result.ok, f"nvcc failed for {variant.name} on sm_{arch}:\n{result.log[-6000:]}"
 
     if not result.demangled:  # no demangler: the whole file must be spill-free if every config is

@@ -1,0 +1,241 @@
+"""The Triton variants on the CPU, through Triton's interpreter (``TRITON_INTERPRET=1``).
+
+Triton picks the interpreter when it is imported, and the GPU tests of this directory need the real
+compiler in the same pytest process. So every interpreter check runs in a subprocess: this file run
+as a script with the variable set, which prints one JSON report. The checks: random rows for N in
+``N_VALUES`` and M in ``M_VALUES``, torch's edge rows (NaN, +-inf, huge magnitudes, all -inf),
+dtypes fp32 / fp16 / bf16, a few configs per variant chosen to cover each code path (smallest tile,
+persistent grid, software pipelining); outputs are poisoned first and sit between guard bands. It
+takes about a minute on two cores.
+
+The rest runs in-process: configs, constraints, split planning, availability, and an sm_90 compile
+(no GPU needed: Triton ships ptxas) checking that interior tiles load as 16-byte vectors, unspilled.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANTS = ("triton_fused_row", "triton_tiled_three_pass", "triton_online_two_pass", "triton_split_row")
+DTYPES = ("fp32", "fp16", "bf16")
+N_VALUES = (1, 7, 33, 1000, 4096)
+EXTRA_N = {"triton_split_row": (4097, 9000)}  # split-row starts at 4 tiles; unaligned, several chunks
+M_VALUES = (0, 1, 5)
+GUARD = 16
+SENTINEL = 1234.0
+
+
+# --- subprocess side -------------------------------------------------------------------------------
+def _pick_configs(variant, ns):
+    """Smallest config, and the first persistent (per_sm > 0) and pipelined (num_stages > 1) ones."""
+    usable = [c for c in variant.all_configs() if any(variant.supports(5, n, "fp32", c) for n in ns)]
+    picked = usable[:1]
+    for wanted in (lambda c: c.get("per_sm", 0) > 0, lambda c: c.get("num_stages", 1) > 1):
+        picked += [c for c in usable if wanted(c) and c not in picked][:1]
+    return picked
+
+
+def _check_one(build, x, dtype):
+    import torch
+
+    from kernels.reference import POISON, check_softmax
+
+    m, n = x.shape
+    buffer = torch.full((GUARD + m * n + GUARD,), SENTINEL, dtype=x.dtype)
+    out = buffer[GUARD:GUARD + m * n].view(m, n)
+    out.fill_(POISON)
+    build.launch(x, out)
+    if not bool((torch.cat([buffer[:GUARD], buffer[-GUARD:]]) == SENTINEL).all()):
+        return "wrote outside the output (guard band changed)"
+    result = check_softmax(out, x, dtype)
+    return None if result.ok else result.message
+
+
+def _worker(name: str) -> dict:
+    import torch
+
+    import kernels
+    from kernels.reference import edge_input, random_input
+
+    torch.manual_seed(0)
+    variant = kernels.get_variant(name)
+    report = {"available": str(variant.available()), "checks": 0, "failures": [], "resources": []}
+    if not variant.available():
+        return report
+    ns = N_VALUES + EXTRA_N.get(name, ())
+    for index, config in enumerate(_pick_configs(variant, ns)):
+        for dtype in DTYPES if index == 0 else ("fp32", "bf16"):  # fp16 and bf16 share every code path
+            for n in ns:
+                if not variant.supports(5, n, dtype, config):
+                    continue
+                build = variant.build(config, dtype, n)
+                report["resources"].append(build.resources.as_dict())
+                inputs = [random_input(m, n, dtype, device="cpu") for m in M_VALUES]
+                for x in inputs + [edge_input(n, dtype, device="cpu")]:
+                    message = _check_one(build, x, dtype)
+                    report["checks"] += 1
+                    if message:
+                        report["failures"].append(f"{config} {dtype} M={x.shape[0]} N={n}: {message}")
+    return report
+
+
+# --- pytest side -----------------------------------------------------------------------------------
+def _interpret(name: str) -> dict:
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+    proc = subprocess.run(
+        [sys.executable, __file__, name], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, f"interpreter worker failed:\n{proc.stderr[-6000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_triton_variant_matches_float64_reference_under_interpreter(name):
+    report = _interpret(name)
+    assert report["available"].startswith("Support(ok=True"), report["available"]
+    assert report["checks"] > 0
+    assert report["failures"] == [], "\n".join(report["failures"][:20])
+    # no compiled kernel under the interpreter: only the config-derived thread count is known
+    assert all(r["registers"] is None and r["blocks_per_sm"] is None for r in report["resources"])
+    assert all(r["threads_per_block"] for r in report["resources"])
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_triton_variant_declares_focused_configs_and_data_constraints(name):
+    import kernels
+
+    variant = kernels.get_variant(name)
+    configs = variant.all_configs()
+    assert 4 <= len(configs) <= 18
+    assert len({c.key for c in configs}) == len(configs)
+    for config in configs:
+        for dtype in DTYPES:
+            limits = variant.constraints(config, dtype)
+            assert set(limits) <= {"n_min", "n_max", "n_multiple_of", "m_min", "m_max"}
+            assert all(isinstance(v, int) and v > 0 for v in limits.values())
+            assert limits.get("n_min", 1) <= limits.get("n_max", 1 << 40)
+    # every N from 1 to 64K has at least one config, for every dtype, but split-row (long rows only)
+    if name != "triton_split_row":
+        for dtype in DTYPES:
+            for n in (1, 2, 31, 1000, 4096, 50257, 65536):
+                assert variant.configs(8, n, dtype), (name, dtype, n)
+
+
+def test_fused_row_bounds_follow_the_register_budget():
+    import kernels
+
+    variant = kernels.get_variant("triton_fused_row")
+    assert variant.configs(1, 1, "fp32")  # one warp serves tiny rows
+    assert variant.configs(64, 32768, "fp32")
+    assert not variant.configs(64, 65537, "fp16")
+    assert all(c["num_warps"] == 32 for c in variant.configs(64, 65536, "fp32"))
+
+
+def test_split_plan_covers_every_row_window():
+    from kernels.base import cdiv
+    from kernels.triton_impl.split_row import split_plan
+
+    cases = [(1, 262144, 1024, 528), (4, 50257, 2048, 528), (64, 4097, 1024, 264), (512, 8192, 2048, 132)]
+    for m, n, block, programs in cases:
+        s, chunk_tiles = split_plan(m, n, block, programs)
+        span = n if n % 16 == 0 else n + 15  # a row window ends at most 15 elements past N
+        assert s * chunk_tiles * block >= span
+        assert (s - 1) * chunk_tiles * block < span  # no chunk starts past every window
+        assert m * s <= programs + m  # what the workspace is sized for
+        assert s <= cdiv(span, block)
+
+
+def test_triton_variants_need_a_gpu_or_the_interpreter():
+    import torch
+
+    import kernels
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    for name in VARIANTS:
+        support = kernels.get_variant(name).available()
+        assert not support and "CUDA" in support.reason
+
+
+def _compile_sm90(fn, signature, constexprs, aligned, num_warps):
+    """Compile a jit kernel for sm_90 without a GPU (Triton's bundled ptxas); returns the register
+    count, spill bytes and counts of 16-byte global loads / scalar global loads in the PTX."""
+    import re
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    tools = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    if not (tools / "ptxas").exists() or not (tools / "cuobjdump").exists():
+        pytest.skip("this Triton wheel ships no ptxas / cuobjdump")
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    full_signature = {**signature, **{name: "constexpr" for name in constexprs}}
+    source = ASTSource(fn, full_signature, constexprs=constexprs, attrs=attrs)
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(kernel.asm["cubin"])
+        cubin.flush()
+        usage = subprocess.run(
+            [tools / "cuobjdump", "--dump-resource-usage", cubin.name], capture_output=True, text=True
+        )
+    found = re.search(r"REG:(\d+) STACK:(\d+)", usage.stdout)
+    ptx = kernel.asm["ptx"]
+    return {
+        "registers": int(found[1]),
+        "spill_bytes": int(found[2]),
+        "loads_v4": len(re.findall(r"ld\.global[\w.:]*\.v4\.", ptx)),
+        "loads_scalar": len(re.findall(r"ld\.global(?![\w.:]*\.v\d)[\w.:]*\.[bfu](?:16|32) ", ptx)),
+    }
+
+
+@pytest.mark.slow
+def test_tiled_kernels_vectorize_interior_tiles_without_spills_on_sm90():
+    """The row window keeps interior tiles aligned for any N: the online kernel's aligned build loads
+    only 16-byte vectors, the unaligned one vectors inside and scalars at the two edge tiles."""
+    from kernels.triton_impl.fused_row import _fused_row_kernel
+    from kernels.triton_impl.online_tiled import _online_kernel
+
+    signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "M": "i32", "N": "i32"}
+    aligned = _compile_sm90(
+        _online_kernel, signature, {"BLOCK": 4096, "STAGES": 1, "ALIGNED": True}, ["x_ptr", "y_ptr", "N"], 8
+    )
+    assert aligned["spill_bytes"] == 0 and aligned["loads_v4"] > 0 and aligned["loads_scalar"] == 0
+    shifted = _compile_sm90(
+        _online_kernel, signature, {"BLOCK": 4096, "STAGES": 1, "ALIGNED": False}, ["x_ptr", "y_ptr"], 8
+    )
+    assert shifted["spill_bytes"] == 0 and shifted["loads_v4"] > 0
+    fused = _compile_sm90(
+        _fused_row_kernel, signature, {"BLOCK": 32768, "STAGES": 1}, ["x_ptr", "y_ptr", "N"], 16
+    )
+    assert fused["spill_bytes"] == 0 and fused["loads_v4"] > 0
+
+
+def test_optional_variants_import_and_say_why_they_are_unavailable():
+    """CuTe DSL, QuACK and Liger are optional: their modules import without the packages, and
+    ``available()`` names what is missing (here: the package or the GPU)."""
+    import kernels
+
+    for name in ("cute_online", "quack_softmax", "liger_softmax"):
+        variant = kernels.get_variant(name)
+        assert variant.backend in ("cute", "external")
+        support = variant.available()
+        if not support:
+            assert "not importable" in support.reason or "CUDA" in support.reason, support.reason
+
+
+if __name__ == "__main__":  # the interpreter worker: TRITON_INTERPRET=1 python this_file.py VARIANT
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise SystemExit("run with TRITON_INTERPRET=1")
+    import warnings
+
+    warnings.simplefilter("ignore")  # the interpreter's numpy overflow warnings on +-inf rows are expected
+    print(json.dumps(_worker(sys.argv[1])))
