@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from functools import wraps
 from typing import Annotated, Any, Callable, Optional
 
@@ -35,6 +34,8 @@ def friendly(function: Callable[..., Any]) -> Callable[..., Any]:
     from autotuner.fit import FitError
     from autotuner.gpu import GpuMismatchError, NoGpuError
     from autotuner.table import TableFormatError
+    from pydantic import ValidationError
+
     from db.engine import DatabaseError
 
     @wraps(function)
@@ -44,6 +45,11 @@ def friendly(function: Callable[..., Any]) -> Callable[..., Any]:
         except UserError as exc:
             console.print(f"[red]error:[/red] {exc}", highlight=False)
             raise typer.Exit(exc.code) from None
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'document'}: {e['msg']}" for e in exc.errors()[:3])
+            more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
+            console.print(f"[red]error:[/red] invalid document, {exc.error_count()} problem(s): {problems}{more}", highlight=False)
+            raise typer.Exit(1) from None
         except (ValueError, KeyError) as exc:
             console.print(f"[red]error:[/red] {exc.args[0] if exc.args else exc}", highlight=False)
             raise typer.Exit(2) from None
@@ -84,56 +90,6 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log deta
 
 @app.command()
 @friendly
-def sweep(
-    gpu: Annotated[str, typer.Option(help="GPU model to tune (h100, h200, a100, ...) or 'auto'; must match the device.")] = "auto",
-    db: DbOption = None,
-    m: Annotated[Optional[str], typer.Option("--m", help="Comma list of M (rows), e.g. 1,32,4096. Default: the documented grid.")] = None,
-    n: Annotated[Optional[str], typer.Option("--n", help="Comma list of N (row length), e.g. 1024,32000,50257.")] = None,
-    dtype: Annotated[str, typer.Option(help="Comma list of fp32, fp16, bf16 (aliases accepted), or 'all'.")] = "all",
-    variant: Annotated[Optional[list[str]], typer.Option("--variant", help="Only these variants (repeatable).")] = None,
-    method: MethodOption = "cold",
-    device: Annotated[int, typer.Option(help="CUDA device index to sweep on.")] = 0,
-    time_cap: Annotated[float, typer.Option(help="Seconds of timing per candidate and shape, at most.")] = 0.5,
-    item_timeout: Annotated[float, typer.Option(help="Seconds before a hung candidate is killed.")] = 120.0,
-    budget: Annotated[Optional[str], typer.Option(help="Stop after this wall time (90s, 10m, 1h); shapes go coarse to fine.")] = None,
-) -> None:
-    """Verify and time every applicable kernel config on every shape; results go to the database."""
-    from autotuner import grid as grids
-    from autotuner.env import collect_environment
-    from autotuner.gpu import resolve_gpu
-    from autotuner.progress import SweepProgress
-    from autotuner.sweep import Sweep, plan, usable_variants
-    from autotuner.worker import WorkerRunner
-    from db.engine import make_engine
-    from kernels import all_variants
-
-    check_method(method)
-    ms = grids.parse_int_list(m, "--m") if m else list(grids.DEFAULT_M)
-    ns = grids.parse_int_list(n, "--n") if n else list(grids.DEFAULT_N)
-    shapes = grids.shapes(ms, ns, grids.parse_dtypes(dtype))
-    engine = make_engine(db)
-    gpu_info = resolve_gpu(gpu, device)
-    variants, skipped = usable_variants(all_variants(), variant)
-    for name, reason in skipped.items():
-        console.print(f"[yellow]skipping[/yellow] {name}: {reason}", highlight=False)
-    if not variants:
-        raise UserError("no variant can run on this machine (see the reasons above)")
-    candidates, items = plan(variants, shapes)
-    environment = collect_environment()
-    runner_sweep = Sweep(engine, gpu_info, environment, method, candidates, command=" ".join(sys.argv),
-                         grid={"m": ms, "n": ns, "dtypes": sorted({s[2] for s in shapes})})
-    console.print(f"sweep run {runner_sweep.run_id} on {gpu_info.name} ({gpu_info.key}): {len(shapes)} shapes, "
-                  f"{len(candidates)} candidates, {len(items)} items, method {method}", highlight=False)
-    with WorkerRunner(device, method, item_timeout_s=item_timeout, time_cap_s=time_cap) as runner, \
-            SweepProgress(console, len(items)) as progress:
-        summary = runner_sweep.run(runner, items, progress.update, budget_s=parse_duration(budget) if budget else None)
-    statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary.by_status.items())) or "nothing new"
-    console.print(f"run {summary.run_id}: measured {summary.measured} ({statuses}); "
-                  f"{summary.skipped_existing} already in the database; worker restarts {runner.restarts}", highlight=False)
-
-
-@app.command()
-@friendly
 def fit(
     gpu: Annotated[str, typer.Option(help="GPU model whose measurements to fit (h100, ...).")],
     db: DbOption = None,
@@ -141,6 +97,7 @@ def fit(
     method: MethodOption = "cold",
     rule: Annotated[str, typer.Option(help="Lookup rule: interp-log or nearest-log.")] = "interp-log",
     export: Annotated[Optional[str], typer.Option(help="Also write each table as JSON into this folder.")] = None,
+    any_source: Annotated[bool, typer.Option("--any-source", help="Also use rows measured with an older source of a variant (default: current source only).")] = False,
 ) -> None:
     """Fit dispatch tables from the measurements and print their leave-one-out regret."""
     from pathlib import Path
@@ -163,7 +120,7 @@ def fit(
     for dt in parse_dtypes(dtype):
         with Session(engine, expire_on_commit=False) as session, session.begin():
             try:
-                document = fit_table(session, key, dt, method, rule=rule)
+                document = fit_table(session, key, dt, method, rule=rule, any_source=any_source)
             except FitError as exc:
                 console.print(f"[yellow]{exc}[/yellow]", highlight=False)
                 continue
@@ -288,4 +245,6 @@ def serve(
 if __name__ == "__main__":
     app()
 
+from autotuner import cli_sweep  # noqa: E402,F401 - registers the sweep and status commands
 from autotuner import cli_evaluate  # noqa: E402,F401 - registers the evaluate and bench commands
+from autotuner import cli_exchange  # noqa: E402,F401 - registers export and import
