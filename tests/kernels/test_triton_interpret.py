@@ -152,6 +152,52 @@ def test_split_plan_covers_every_row_window():
         assert s <= cdiv(span, block)
 
 
+class _FakeCompiled:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __getitem__(self, grid):
+        return lambda *args: self.calls.append(("compiled", grid, args))
+
+
+class _FakeJit:
+    """Stands in for a JITFunction: records launches, returns a 'compiled kernel' as Triton does."""
+
+    arg_names = ["x_ptr", "y_ptr", "M", "N", "BLOCK", "STAGES"]
+    __name__ = "fake"
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.calls.append(("jit", grid, args, kwargs))
+            return _FakeCompiled(self.calls)
+
+        return run
+
+
+def test_launcher_relaunches_through_the_compiled_kernel_with_every_argument():
+    """The fast path (GPU only) in miniature: first launch per specialisation through the JIT, then
+    through the kept handle with a 3-D grid and constexprs appended positionally; a new alignment,
+    dtype or N % 16 class goes through the JIT again. M (do_not_specialize) does not."""
+    import torch
+
+    from kernels.triton_impl.common import Launcher
+
+    fn = _FakeJit()
+    launcher = Launcher(fn, ("BLOCK", "STAGES"), {"num_warps": 4, "num_stages": 1}, plain=("M",))
+    x = torch.zeros(64)
+    launcher((3,), (x, x, 5, 32), (32, 1))
+    launcher((3,), (x, x, 7, 32), (32, 1))  # another M: same kernel
+    launcher((3,), (x[1:], x, 7, 32), (32, 1))  # misaligned input: a new specialisation
+    launcher((3,), (x, x, 7, 33), (64, 1))
+    kinds = [call[0] for call in fn.calls]
+    assert kinds == ["jit", "compiled", "jit", "jit"]
+    assert fn.calls[0][3] == {"BLOCK": 32, "STAGES": 1, "num_warps": 4, "num_stages": 1}
+    assert fn.calls[1][1:] == ((3, 1, 1), (x, x, 7, 32, 32, 1))
+
+
 def test_triton_variants_need_a_gpu_or_the_interpreter():
     import torch
 
