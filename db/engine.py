@@ -50,12 +50,23 @@ def resolve_database_url(url: str | None = None) -> str:
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DB-API types vary
+    # pysqlite's own transaction handling commits at a SAVEPOINT's release outside an explicit BEGIN;
+    # take it over (SQLAlchemy's pysqlite recipe) so nested transactions roll back with their parent.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+def _sqlite_begin(connection) -> None:  # noqa: ANN001
+    """Every SQLite transaction starts here (the driver's implicit BEGIN is off). A writer that must
+    hold the lock from the start asks with ``connection.execution_options(sqlite_begin="IMMEDIATE")``
+    (never by executing its own BEGIN, which would nest)."""
+    mode = connection.get_execution_options().get("sqlite_begin", "")
+    connection.exec_driver_sql(f"BEGIN {mode}".strip())
 
 
 def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
@@ -84,6 +95,7 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
         ) from None
     if is_sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
     try:
         check_schema(engine, create=create)
     except (OperationalError, SADatabaseError, ValueError) as exc:

@@ -1,0 +1,115 @@
+"""Fit, lookup and sweep logic replayed on a real sweep recorded on a GPU (tests/data/*_sweep.json.gz,
+written by `autotuner export` on the lent H100/H200; docs/BENCHMARKS.md says which run)."""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from autotuner.exchange import import_runs
+from autotuner.fit import fit_table
+from autotuner.measure import WorkItem
+from autotuner.select import TableStore
+from autotuner.sweep import Candidate, Sweep
+from autotuner.table import DispatchTable
+from db import Candidate as CandidateRow, GpuModel, Measurement, make_engine
+from kernels import KernelConfig, get_variant
+from tests.autotuner.fakes import ReplayMeasurer
+
+DATA = sorted((Path(__file__).parents[1] / "data").glob("*_sweep.json.gz"))
+pytestmark = pytest.mark.skipif(not DATA, reason="no recorded sweep under tests/data")
+UNMEASURED = [(3, 5000), (77, 50000), (2000, 100000), (6000, 1000), (1, 200000), (500, 12345)]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    engine = make_engine(str(tmp_path_factory.mktemp("replay") / "recorded.sqlite"))
+    with gzip.open(DATA[0], "rt") as handle, Session(engine) as session, session.begin():
+        import_runs(session, handle.read())
+    with Session(engine) as session:
+        gpu = session.scalars(select(GpuModel.key)).first()
+        dtypes = sorted(set(session.scalars(select(Measurement.dtype))))
+    return engine, gpu, dtypes
+
+
+@pytest.fixture(scope="module")
+def fitted(recorded):
+    engine, gpu, dtypes = recorded
+    with Session(engine) as session, session.begin():
+        return {dtype: fit_table(session, gpu, dtype) for dtype in dtypes}
+
+
+def test_every_dtype_gets_a_table_with_cross_validated_regret(fitted):
+    for dtype, document in fitted.items():
+        regret = document["regret"]
+        assert regret["shapes"] == len(document["points"]) >= 24, dtype
+        assert 1.0 <= regret["geomean"] <= regret["p95"] <= regret["max"]
+        assert document["candidates"], dtype
+
+
+def test_tables_choose_runnable_kernels_for_shapes_never_measured(fitted, recorded):
+    _, gpu, _ = recorded
+    store = TableStore(DispatchTable(doc) for doc in fitted.values())
+    for dtype, document in fitted.items():
+        measured = {(p["m"], p["n"]) for p in document["points"]}
+        for m, n in UNMEASURED:
+            assert (m, n) not in measured
+            choice = store.select(m, n, dtype, gpu, allow_fallback=False)
+            assert choice.source == "table" and choice.predicted_us and choice.predicted_us > 0
+            variant = get_variant(choice.variant)
+            assert variant.supports(m, n, dtype, KernelConfig.from_dict(choice.config)), (choice, m, n)
+
+
+def test_measured_shapes_answer_with_their_measured_winner(fitted):
+    for document in fitted.values():
+        table = DispatchTable(document)
+        for point in document["points"][:20]:
+            pick = table.lookup(point["m"], point["n"])
+            best = min(t for t in point["times"] if t is not None)
+            assert pick.exact and point["times"][pick.candidate] == best
+
+
+def test_replaying_the_recording_through_a_sweep_reproduces_its_rows(recorded, tmp_path):
+    engine, gpu_key, _ = recorded
+    with Session(engine) as session:
+        rows = session.execute(select(Measurement, CandidateRow).join(CandidateRow)).all()
+        gpu = session.scalars(select(GpuModel)).first()
+    recording, items, candidates = {}, [], {}
+    for measurement, candidate in rows:
+        item = WorkItem("candidate", measurement.m, measurement.n, measurement.dtype, candidate.variant, candidate.config_key)
+        fields = {k: getattr(measurement, k) for k in ("status", "median_us", "p20_us", "p80_us", "repetitions", "error")}
+        recording[item.identity] = fields
+        items.append(item)
+        candidates[(candidate.variant, candidate.config_key)] = Candidate(candidate.variant, candidate.config_key,
+                                                                         dict(candidate.config), candidate.source_hash)
+    from autotuner.gpu import GpuInfo
+
+    replay_engine = make_engine(str(tmp_path / "replay.sqlite"))
+    sweep = Sweep(replay_engine, GpuInfo(gpu_key, gpu.name), {"fingerprint": "replay"}, "cold", list(candidates.values()))
+    summary = sweep.run(ReplayMeasurer(recording), items)
+    assert summary.measured == len(items)
+    with Session(replay_engine) as session:
+        replayed = {(c.variant, c.config_key, m.m, m.n, m.dtype): (m.status, m.median_us)
+                    for m, c in session.execute(select(Measurement, CandidateRow).join(CandidateRow))}
+    original = {(c.variant, c.config_key, m.m, m.n, m.dtype): (m.status, m.median_us) for m, c in rows}
+    assert replayed == original
+
+
+def test_quick_drop_never_dropped_a_shapes_winner(recorded):
+    """The winner of every shape got a full timing (more repetitions than the quick estimate)."""
+    from autotuner.measure import QUICK_REPS
+
+    engine, _, _ = recorded
+    best: dict[tuple, Measurement] = {}
+    with Session(engine) as session:
+        for measurement in session.scalars(select(Measurement).where(Measurement.status == "ok")):
+            key = (measurement.m, measurement.n, measurement.dtype)
+            if key not in best or measurement.median_us < best[key].median_us:
+                best[key] = measurement
+    assert best and all(m.repetitions > QUICK_REPS for m in best.values())
+    assert all(math.isfinite(m.median_us) for m in best.values())
