@@ -16,28 +16,31 @@ database assigns afresh::
                "copy_references": [{"m": 4096, "n": 32000, "dtype": "bf16", "median_us": 35.0, ...}]}]}
 
 ``measurements[i].candidate`` indexes the run's own ``candidates`` list. The schema below is checked
-in full before anything is written: a document that fails it writes nothing. Importing the same run
+in full before anything is written: a document that fails it writes nothing. It is strict JSON:
+integers are JSON integers, times are ISO 8601 strings, NaN and Infinity are refused everywhere. Importing the same run
 twice (same GPU, environment, timing method, start time and host) reuses the run already there, and
 its rows are rewritten in place, so an upload can be retried safely.
 """
 from __future__ import annotations
 
+import json
 import logging
+import math
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy.orm import Session
 
 from db import queries
 from db.models import CopyReference, Measurement, SweepRun
-from kernels.base import normalize_dtype
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 TIMING_METHODS = ("cold", "warm", "graph")
 RUN_STATUSES = ("running", "finished", "interrupted", "failed")
+DTYPES = ("fp32", "fp16", "bf16")  # canonical names only: the document is written by programs
 MEASUREMENT_STATUSES = ("ok", "wrong", "unsupported", "compile_error", "launch_error", "fault", "timeout")
 MAX_DIM = 2**31 - 1  # the database stores M and N as 32-bit integers
 COPY_FIELDS = ("median_us", "p20_us", "p80_us", "repetitions", "gbps")
@@ -51,8 +54,9 @@ ConfigValue = int | float | str | bool
 
 
 class _Record(BaseModel):
-    # Unknown fields are refused (a typo must not be dropped silently) and NaN/inf never reach the database.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    # Unknown fields are refused (a typo must not be dropped silently), no type is coerced ("5" is not
+    # 5, 0 is not a time), and NaN/inf never reach the database. Validate with parse_document().
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 def _as_utc(value: datetime | None) -> datetime | None:
@@ -102,7 +106,7 @@ class MeasurementRecord(_Record):
     candidate: int = Field(ge=0, description="index into the run's candidates")
     m: Dim
     n: RowLength
-    dtype: str
+    dtype: Literal[DTYPES]  # type: ignore[valid-type]
     status: Literal[MEASUREMENT_STATUSES]  # type: ignore[valid-type]
     median_us: Optional[Microseconds] = None
     p20_us: Optional[Microseconds] = None
@@ -121,10 +125,6 @@ class MeasurementRecord(_Record):
     error: Optional[str] = Field(default=None, max_length=65_536)
     created_at: Optional[datetime] = None
 
-    @field_validator("dtype")
-    @classmethod
-    def _canonical_dtype(cls, value: str) -> str:
-        return normalize_dtype(value)
 
     @model_validator(mode="after")
     def _ok_rows_are_timed(self) -> "MeasurementRecord":
@@ -136,17 +136,13 @@ class MeasurementRecord(_Record):
 class CopyReferenceRecord(_Record):
     m: Dim
     n: RowLength
-    dtype: str
+    dtype: Literal[DTYPES]  # type: ignore[valid-type]
     median_us: Microseconds
     p20_us: Optional[Microseconds] = None
     p80_us: Optional[Microseconds] = None
     repetitions: Optional[Count] = None
     gbps: Optional[NonNegative] = None
 
-    @field_validator("dtype")
-    @classmethod
-    def _canonical_dtype(cls, value: str) -> str:
-        return normalize_dtype(value)
 
 
 class RunRecord(_Record):
@@ -163,6 +159,12 @@ class RunRecord(_Record):
     candidates: list[CandidateRecord] = Field(default_factory=list)
     measurements: list[MeasurementRecord] = Field(default_factory=list)
     copy_references: list[CopyReferenceRecord] = Field(default_factory=list)
+
+    @field_validator("grid")
+    @classmethod
+    def _finite_grid(cls, value: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        _require_finite(value, "grid")
+        return value
 
     @model_validator(mode="after")
     def _rows_are_consistent(self) -> "RunRecord":
@@ -195,6 +197,38 @@ class ExchangeDocument(_Record):
     runs: list[RunRecord]
 
 
+def _require_finite(value: Any, where: str) -> None:
+    """Free-form JSON (``grid``) gets no per-field float check, so NaN/inf are looked for here."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} holds {value}, which is not a JSON number")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _require_finite(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _require_finite(item, f"{where}[{index}]")
+
+
+def parse_document(data: bytes | str | Mapping[str, Any]) -> ExchangeDocument:
+    """Validate an exchange document given as JSON text or as a mapping (as ``json.load`` returns it).
+
+    Raises ``pydantic.ValidationError`` (a ``ValueError``) listing every problem with its location."""
+    if isinstance(data, Mapping):
+        try:
+            data = json.dumps(data, allow_nan=False, default=_json_default)
+        except ValueError as exc:  # NaN or Infinity somewhere in the mapping
+            raise ValidationError.from_exception_data(
+                "ExchangeDocument", [{"type": "value_error", "loc": (), "input": None, "ctx": {"error": exc}}]
+            ) from None
+    return ExchangeDocument.model_validate_json(data)
+
+
+def _json_default(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
 class ImportSummary(BaseModel):
     """What an import wrote. ``run_ids`` are the receiving database's ids, in the document's order."""
 
@@ -218,7 +252,7 @@ def export_runs(session: Session, run_ids: list[int] | None = None, gpu_key: str
         if missing:
             raise LookupError(f"no sweep runs with ids {missing}" + (f" for GPU {gpu_key!r}" if gpu_key else ""))
     document = {"format_version": FORMAT_VERSION, "exported_at": datetime.now(timezone.utc), "runs": runs}
-    return ExchangeDocument.model_validate(document).model_dump(mode="json")
+    return parse_document(document).model_dump(mode="json")
 
 
 def _run_record(session: Session, run: SweepRun) -> dict[str, Any]:
@@ -262,14 +296,14 @@ def _copy_record(copy: CopyReference) -> dict[str, Any]:
     return record
 
 
-def import_runs(session: Session, document: ExchangeDocument | Mapping[str, Any]) -> ImportSummary:
+def import_runs(session: Session, document: ExchangeDocument | bytes | str | Mapping[str, Any]) -> ImportSummary:
     """Write a document's runs into the session's database; the caller commits (or rolls back).
 
-    A mapping is validated first (``pydantic.ValidationError``, a ``ValueError``, names every problem),
-    so a bad document writes nothing. GPU models, environments and candidates are shared with what
+    JSON text or a mapping is validated first (:func:`parse_document`), so a bad document writes
+    nothing. GPU models, environments and candidates are shared with what
     the database already holds; a run already present (see the module docstring) is reused."""
     if not isinstance(document, ExchangeDocument):
-        document = ExchangeDocument.model_validate(document)
+        document = parse_document(document)
     run_ids: list[int] = []
     created = reused = measurement_count = copy_count = 0
     candidate_ids: set[int] = set()

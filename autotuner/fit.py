@@ -22,6 +22,10 @@ from autotuner.table import FORMAT_VERSION, DispatchTable
 from db import queries
 
 BAD_STATUSES = ("wrong", "fault")
+# Peers (QuACK, Liger) are measured for comparison but never dispatched to by default: a table
+# shipped to hosts without those packages must only name kernels this project carries.
+EXCLUDED_BACKENDS = ("external",)
+DEFAULT_PRUNE_MARGIN = 0.03
 
 
 class FitError(RuntimeError):
@@ -39,7 +43,7 @@ class Observation:
 
 
 def select_observations(rows: Sequence[tuple[Any, Any, Any]], current_hash: Callable[[str], str | None],
-                        any_source: bool = False) -> tuple[list[Observation], set[tuple[str, str]], list[int]]:
+                        any_source: bool = False, include: Callable[[str], bool] = lambda name: True) -> tuple[list[Observation], set[tuple[str, str]], list[int]]:
     """Newest ok time per (candidate, shape); the set of candidates with a bad row; the run ids used.
 
     ``rows`` are (Measurement, Candidate, SweepRun), newest run first. ``current_hash(variant)`` is
@@ -51,7 +55,7 @@ def select_observations(rows: Sequence[tuple[Any, Any, Any]], current_hash: Call
     runs: set[int] = set()
     for measurement, candidate, run in rows:
         hash_now = current_hash(candidate.variant)
-        if hash_now is None or (not any_source and candidate.source_hash != hash_now):
+        if not include(candidate.variant) or hash_now is None or (not any_source and candidate.source_hash != hash_now):
             continue
         identity = (candidate.variant, candidate.config_key)
         if measurement.status in BAD_STATUSES:
@@ -68,7 +72,7 @@ def select_observations(rows: Sequence[tuple[Any, Any, Any]], current_hash: Call
 
 def build_document(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
                    *, gpu: str, gpu_name: str, dtype: str, timing_method: str, rule: str = "interp-log",
-                   copy_times: dict[tuple[int, int], float] | None = None, prune_margin: float = 0.01,
+                   copy_times: dict[tuple[int, int], float] | None = None, prune_margin: float = DEFAULT_PRUNE_MARGIN,
                    source_runs: Sequence[int] = (), environment: dict[str, Any] | None = None) -> dict[str, Any]:
     """The table document for these observations (see ``autotuner/table.py``), pruned."""
     candidate_keys = sorted({(o.variant, o.config_key) for o in observations})
@@ -151,8 +155,8 @@ def summarize_regret(regrets: Sequence[float], method: str, misses: int = 0) -> 
 
 
 def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
-              rule: str = "interp-log", prune_margin: float = 0.01, environment_id: int | None = None,
-              any_source: bool = False, save: bool = True) -> dict[str, Any]:
+              rule: str = "interp-log", prune_margin: float = DEFAULT_PRUNE_MARGIN, environment_id: int | None = None,
+              any_source: bool = False, include_peers: bool = False, save: bool = True) -> dict[str, Any]:
     """Fit, score and (if ``save``) store the table of one (GPU, dtype, method); returns the document."""
     from kernels import KernelConfig, get_variant
 
@@ -174,7 +178,13 @@ def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "
         environment_id = rows[0][2].environment_id  # newest run's environment
     rows = [r for r in rows if r[2].environment_id == environment_id
             and (r[2].grid or {}).get("purpose") != "held-out"]  # held-out shapes only score tables
-    observations, banned, runs = select_observations(rows, current_hash, any_source)
+    def include(name: str) -> bool:
+        try:
+            return include_peers or get_variant(name).backend not in EXCLUDED_BACKENDS
+        except KeyError:
+            return False
+
+    observations, banned, runs = select_observations(rows, current_hash, any_source, include)
     if not observations:
         raise FitError(f"no verified measurements of {gpu_key}/{dtype} with timing method {timing_method!r}")
     copies = {(c.m, c.n): c.median_us for c in reversed(queries.copy_references_for(session, gpu_key, dtype, timing_method))

@@ -7,6 +7,7 @@ CPU tensors are handed to ``torch.softmax`` (no kernel of ours runs there).
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any
 
 from autotuner.gpu import normalize_gpu_name
@@ -28,7 +29,8 @@ def _gpu_key(torch: Any, device: Any) -> str:
 
 
 def build_for(variant_name: str, config: dict[str, Any], dtype: str, n: int) -> Any:
-    """The cached build of one choice; compiled on first use."""
+    """The cached build of one choice; compiled on first use. A choice this host cannot run (CuPy
+    missing, a variant unknown to this version) is replaced by torch.softmax, with one warning."""
     from kernels import KernelConfig, get_variant
 
     config_obj = KernelConfig.from_dict(config)
@@ -38,7 +40,16 @@ def build_for(variant_name: str, config: dict[str, Any], dtype: str, n: int) -> 
         with _lock:
             build = _builds.get(key)
             if build is None:
-                build = _builds[key] = get_variant(variant_name).build(config_obj, dtype, n)
+                try:
+                    variant = get_variant(variant_name)
+                    support = variant.available()
+                    if not support:
+                        raise RuntimeError(support.reason)
+                except (KeyError, RuntimeError) as exc:
+                    warnings.warn(f"dispatch chose {variant_name}, which cannot run here ({exc}); "
+                                  f"using torch.softmax instead", RuntimeWarning, stacklevel=3)
+                    variant, config_obj = get_variant("torch_softmax"), KernelConfig()
+                build = _builds[key] = variant.build(config_obj, dtype, n)
     return build
 
 

@@ -11,6 +11,7 @@ import importlib
 import logging
 import multiprocessing as mp
 import os
+import signal
 import time
 from typing import Any, Sequence
 
@@ -21,18 +22,39 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 300.0
 
 
-def _resolve(spec: str):  # noqa: ANN202 - "module:attribute" → the attribute
+def resolve_hook(spec: str):  # noqa: ANN201 - "module:attribute" → the attribute
+    """The object a ``module:attribute`` spec names (measurer factories, setup hooks)."""
     module_name, _, attribute = spec.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
+    if not module_name or not attribute:
+        raise ValueError(f"{spec!r} is not of the form module:attribute")
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot load {spec!r}: {exc}") from None
+
+
+def visible_device(device_index: int, visible: str | None) -> str:
+    """What the child's ``CUDA_VISIBLE_DEVICES`` must be so that its only device is the parent's device
+    ``device_index``: indices count within the parent's own ``CUDA_VISIBLE_DEVICES`` when it has one
+    (with "2,3" visible, device 1 is physical GPU 3)."""
+    entries = [entry.strip() for entry in (visible or "").split(",") if entry.strip()]
+    if visible is None or not entries:
+        return str(device_index)
+    if device_index >= len(entries):
+        raise ValueError(f"device {device_index} is not visible (CUDA_VISIBLE_DEVICES={visible!r})")
+    return entries[device_index]
 
 
 def _worker_main(conn, device_index: int | None, method: str, time_cap_s: float, setup: Sequence[str],  # noqa: ANN001
                  measurer_factory: str) -> None:
+    # Ctrl-C reaches the whole process group; the parent decides what stops and when. A worker killed by
+    # it would have its item in flight recorded as a fault (by a runner thread that saw it die).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if device_index is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(device_index)
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(device_index, os.environ.get("CUDA_VISIBLE_DEVICES"))
     for hook in setup:  # "module:function", e.g. tests registering a deliberately faulting variant
-        _resolve(hook)()
-    measurer = _resolve(measurer_factory)(method, time_cap_s=time_cap_s)
+        resolve_hook(hook)()
+    measurer = resolve_hook(measurer_factory)(method, time_cap_s=time_cap_s)
     conn.send({"ready": True})
     while True:
         try:

@@ -67,3 +67,12 @@ def test_warm_lookup_is_a_dictionary_probe():
         store.select(4096, 50000, "bf16", "h100")
     per_call_us = (time.perf_counter() - started) / 10000 * 1e6
     assert per_call_us < 5.0  # generous for a loaded CI machine; docs/BENCHMARKS.md has the measured figure
+
+
+def test_runtime_replaces_a_choice_this_host_cannot_run_with_torch(monkeypatch):
+    from autotuner import runtime
+
+    monkeypatch.setattr(runtime, "_builds", {})
+    with pytest.warns(RuntimeWarning, match="cannot run here"):
+        build = runtime.build_for("no_such_variant", {"block": 1}, "fp32", 10)
+    assert build.variant == "torch_softmax"
