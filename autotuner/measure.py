@@ -15,8 +15,9 @@ from typing import Any
 from kernels import KernelConfig, get_variant
 from kernels.reference import POISON, CheckResult, check_softmax, edge_input, random_input
 
-# Successive halving: a candidate whose quick estimate is this much slower than the best so far on
-# the shape keeps its quick estimate (QUICK_REPS repetitions) instead of a full timing. The factor is
+# Successive halving: a candidate whose quick estimate (the fastest of QUICK_REPS repetitions: noise
+# and outliers only ever slow a repetition) is this much slower than the best so far on the shape
+# keeps its quick timing instead of a full one. The factor is
 # far above the repetition noise (a few percent), so a candidate that could win is never dropped.
 DROP_FACTOR = 1.5
 QUICK_REPS = 5
@@ -150,7 +151,7 @@ class Measurer:
         if not result.ok:
             return failure("wrong", result.message, max_rel_error=result.max_rel_error, **resources)
         timing = self.timer.time(lambda: build.launch(x, out), max_reps=QUICK_REPS)
-        if item.best_us is None or timing.median_us <= DROP_FACTOR * item.best_us:
+        if item.best_us is None or timing.min_us <= DROP_FACTOR * item.best_us:
             timing = self.timer.time(lambda: build.launch(x, out))
         gbps = bytes_moved(item.m, item.n, item.dtype) / timing.median_us / 1e3 if timing.median_us > 0 else None
         return {"status": "ok", **timing.as_dict(), "gbps": gbps, "max_rel_error": result.max_rel_error,

@@ -1,7 +1,7 @@
 """``softmax(x, dim=-1)``: run the kernel the dispatch table picks for this GPU and shape.
 
-Compiled builds are cached per (variant, config, dtype, N), so after the first call of a shape the
-host work is one dict probe for the choice, one for the build, an output allocation and the launch.
+Compiled builds are cached per (variant, config, dtype, N) and launch plans per (device, shape, dtype),
+so after the first call of a shape the host work is one dict probe, an output allocation and the launch.
 CPU tensors are handed to ``torch.softmax`` (no kernel of ours runs there).
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from autotuner.gpu import normalize_gpu_name
 from autotuner.select import select_kernel
 
 _builds: dict[tuple[str, str, str, int], Any] = {}
+_plans: dict[tuple[Any, tuple[int, int], str], Any] = {}  # (device index, (m, n), dtype) -> launch
 _gpu_keys: dict[int, str] = {}
 _lock = threading.Lock()
 
@@ -68,6 +69,19 @@ def _validate(x: Any, dim: int) -> str:
     return dtype
 
 
+def _plan(x: Any, rows_shape: tuple[int, int], dtype: str) -> Any:
+    """The launch function for this (device, shape, dtype), found once and then cached."""
+    import torch
+
+    key = (x.device.index, rows_shape, dtype)
+    launch = _plans.get(key)
+    if launch is None:
+        m, n = rows_shape
+        choice = select_kernel(m, n, dtype, gpu=_gpu_key(torch, x.device))
+        launch = _plans[key] = build_for(choice.variant, choice.config, dtype, n).launch
+    return launch
+
+
 def _softmax_impl(x: Any, dim: int) -> Any:
     """The op's body: rows to 2-D contiguous, dispatch, launch on the current stream."""
     import torch
@@ -78,53 +92,49 @@ def _softmax_impl(x: Any, dim: int) -> Any:
     last = dim in (-1, x.dim() - 1)
     moved = x if last else x.movedim(dim, -1)
     n = moved.shape[-1]
-    rows = moved.reshape(-1, n) if moved.is_contiguous() else moved.contiguous().reshape(-1, n)
-    m = rows.shape[0]
+    if x.dim() == 2 and last and x.is_contiguous():
+        rows = x
+    else:
+        rows = moved.reshape(-1, n) if moved.is_contiguous() else moved.contiguous().reshape(-1, n)
     out = torch.empty_like(rows)
-    if m and n:
-        choice = select_kernel(m, n, dtype, gpu=_gpu_key(torch, x.device))
-        build = build_for(choice.variant, choice.config, dtype, n)
+    if rows.shape[0] and n:
+        launch = _plan(x, (rows.shape[0], n), dtype)
         if x.device.index == torch.cuda.current_device():
-            build.launch(rows, out)
+            launch(rows, out)
         else:
             with torch.cuda.device(x.device):
-                build.launch(rows, out)
+                launch(rows, out)
+    if rows is x:
+        return out
     result = out.reshape(moved.shape)
     return result if last else result.movedim(-1, dim).contiguous()
 
 
-_op = None
-
-
-def _registered_op() -> Any:
+def _register_op() -> Any:
     """``torch.ops.autotuner.softmax``: a custom op, so torch.compile treats the launch as one opaque
-    call (with a fake implementation for shape propagation) and CUDA-graph capture records it."""
-    global _op
-    if _op is None:
-        with _lock:
-            if _op is None:
-                import torch
+    call (with a fake implementation for shape propagation) and CUDA-graph capture records it.
+    Registered at import: torch.compile must not meet a lock on its first trace."""
+    import torch
 
-                # explicit schema: this module's annotations are strings (``from __future__``)
-                @torch.library.custom_op("autotuner::softmax", mutates_args=(), schema="(Tensor x, int dim) -> Tensor")
-                def autotuner_softmax(x, dim):  # noqa: ANN001, ANN202
-                    return _softmax_impl(x, dim)
+    # explicit schema: this module's annotations are strings (``from __future__``)
+    @torch.library.custom_op("autotuner::softmax", mutates_args=(), schema="(Tensor x, int dim) -> Tensor")
+    def autotuner_softmax(x, dim):  # noqa: ANN001, ANN202
+        return _softmax_impl(x, dim)
 
-                @autotuner_softmax.register_fake
-                def _(x, dim):  # noqa: ANN001, ANN202
-                    return torch.empty_like(x, memory_format=torch.contiguous_format)
+    @autotuner_softmax.register_fake
+    def _(x, dim):  # noqa: ANN001, ANN202
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
 
-                _op = autotuner_softmax
-    return _op
+    return autotuner_softmax
+
+
+_op = _register_op()
 
 
 def softmax(x: Any, dim: int = -1) -> Any:
     """Softmax over ``dim`` with the dispatched kernel (torch.softmax for CPU tensors)."""
     import torch
 
-    _validate(x, dim)
-    if x.device.type != "cuda":
-        return torch.softmax(x, dim=dim)
     if torch.compiler.is_compiling():
-        return _registered_op()(x, dim)
+        return _op(x, dim)
     return _softmax_impl(x, dim)  # eager: skip the custom-op dispatcher's per-call cost

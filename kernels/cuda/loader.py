@@ -114,10 +114,17 @@ def function_handle(function: Any) -> int:
     return int(inner.ptr if inner is not None else function.ptr)
 
 
+_smem_raised: dict[int, int] = {}
+
+
 def set_dynamic_smem(function: Any, dynamic_smem: int) -> None:
-    """Raise the kernel's dynamic shared-memory limit where a launch needs more than 48 KB."""
-    if dynamic_smem > 48 * 1024 and function.max_dynamic_shared_size_bytes < dynamic_smem:
+    """Raise the kernel's dynamic shared-memory limit where a launch needs more than 48 KB. What was
+    set is remembered per kernel, so a launch does not query the driver each time."""
+    if dynamic_smem <= 48 * 1024 or _smem_raised.get(id(function), 0) >= dynamic_smem:
+        return
+    if function.max_dynamic_shared_size_bytes < dynamic_smem:
         function.max_dynamic_shared_size_bytes = dynamic_smem
+    _smem_raised[id(function)] = dynamic_smem
 
 
 def resources_of(function: Any, threads: int, dynamic_smem: int = 0, compile_seconds: float | None = None) -> Resources:
@@ -143,11 +150,13 @@ _streams: dict[int, Any] = {}
 
 
 def current_stream() -> Any:
-    """CuPy's view of torch's current stream, cached by handle (creating one per launch costs µs)."""
+    """CuPy's view of torch's current stream, cached by raw handle. The raw handle is read without
+    building a torch Stream object (that costs microseconds per launch)."""
     import cupy
     import torch
 
-    handle = torch.cuda.current_stream().cuda_stream
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    handle = raw(torch.cuda.current_device()) if raw else torch.cuda.current_stream().cuda_stream
     stream = _streams.get(handle)
     if stream is None:
         stream = _streams[handle] = cupy.cuda.ExternalStream(handle)
