@@ -7,6 +7,7 @@ a tuning database is refused at start-up with ``db.DatabaseError``.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -18,6 +19,7 @@ from autotuner.exchange import ExchangeDocument
 from db.engine import make_engine, session_factory
 from service.config import Settings
 from service.errors import install_error_handlers
+from service.fast_dispatch import FastDispatch
 from service.routes import dispatch, health, kernels, measurements, page, runs, tables
 from service.tables import LiveTables
 
@@ -26,6 +28,17 @@ log = logging.getLogger(__name__)
 DESCRIPTION = """Which softmax kernel to run for (m, n, dtype, GPU model), from tables fitted to measured
 sweeps; the measurements themselves; and uploads of new sweeps. Every error is a JSON object whose
 `message` says what was wrong. See docs/SERVICE.md."""
+
+
+class ServiceApp(FastAPI):
+    """FastAPI with the ``/dispatch`` fast path in front of its whole stack (``service/fast_dispatch.py``):
+    a well-formed query is answered before FastAPI's own per-request layers run. Everything else, and
+    every error, passes straight through."""
+
+    fast_dispatch: FastDispatch
+
+    async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001 - ASGI callables
+        await self.fast_dispatch(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -43,7 +56,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             engine.dispose()
 
-    app = FastAPI(title="Softmax autotuner", version="1", description=DESCRIPTION, lifespan=lifespan)
+    app = ServiceApp(title="Softmax autotuner", version="1", description=DESCRIPTION, lifespan=lifespan)
+    app.fast_dispatch = FastDispatch(functools.partial(FastAPI.__call__, app), live, settings, dispatch.answer_dispatch)
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessions = session_factory(engine)

@@ -17,7 +17,9 @@ from service.errors import ApiError
 from service.tables import LiveTables
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
+    # async on purpose, here and below: FastAPI runs a sync dependency in its thread pool, and that
+    # hand-off would cost more than everything else on the /dispatch path.
     return request.app.state.settings
 
 
@@ -43,7 +45,7 @@ async def get_table_store(live: Annotated[LiveTables, Depends(get_live_tables)])
 _bearer = HTTPBearer(auto_error=False, description="the server's AUTOTUNER_UPLOAD_TOKEN")
 
 
-def require_upload_token(
+async def require_upload_token(
     settings: Annotated[Settings, Depends(get_settings)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:

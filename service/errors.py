@@ -119,3 +119,9 @@ def install_error_handlers(app: FastAPI) -> None:
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorBody, "description": "invalid parameters or body; `message` says which and why"},
 }
+# The same for a route whose own responses are not JSON (the page): FastAPI would otherwise document
+# the error under the route's media type.
+JSON_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    422: {"description": ERROR_RESPONSES[422]["description"],
+          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}},
+}

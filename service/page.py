@@ -33,7 +33,8 @@ PALETTE = (
     "#f1ce63", "#fabfd2", "#d7b5a6", "#79706e",
 )
 NO_CHOICE = "#e8e8e8"
-CELL_W, CELL_H, DENSE_CELL = 58, 30, 14
+CELL_W, CELL_H, DENSE_CELL = 58, 30, 18
+LABEL_GAP = 34  # pixels between the centres of two column labels (a 5-digit label is ~32 px wide)
 LEFT, TOP = 72, 34
 
 
@@ -121,7 +122,7 @@ def _measured_map(table: DispatchTable, colours: dict[str, str]) -> tuple[str, d
             tip = (f"M={m} N={n}: {variant} [{candidate.get('config_key') or _config_key(candidate)}] "
                    f"{_us(pick.predicted_us)}; copy {_us(point.get('copy_us'))}")
             cells.append(_cell(x, y, CELL_W, CELL_H, colours[variant], tip, label, _ink(colours[variant])))
-    axes = _axes(ms, ns, CELL_W, CELL_H, every=1)
+    axes = _axes(ms, ns, CELL_W, CELL_H)
     width, height = LEFT + len(ns) * CELL_W + 8, TOP + len(ms) * CELL_H + 8
     return _svg(width, height, axes + "".join(cells), f"{table.gpu} {table.dtype} measured dispatch map"), winners
 
@@ -137,8 +138,7 @@ def _lookup_map(table: DispatchTable, colours: dict[str, str]) -> str:
             colour = colours[variant] if variant else NO_CHOICE
             tip = f"M={m} N={n}: {variant or 'no admissible candidate'}" + (f" {_us(pick.predicted_us)}" if pick else "")
             cells.append(_cell(LEFT + col * DENSE_CELL, TOP + row * DENSE_CELL, DENSE_CELL, DENSE_CELL, colour, tip))
-    step = max(1, math.ceil(len(ns) / 8))
-    axes = _axes(ms, ns, DENSE_CELL, DENSE_CELL, every=step)
+    axes = _axes(ms, ns, DENSE_CELL, DENSE_CELL, labelled={p["m"] for p in table.points} | {p["n"] for p in table.points})
     width, height = LEFT + len(ns) * DENSE_CELL + 8, TOP + len(ms) * DENSE_CELL + 8
     return _svg(width, height, axes + "".join(cells), f"{table.gpu} {table.dtype} lookup map")
 
@@ -152,15 +152,18 @@ def densified(values: Sequence[int]) -> list[int]:
     return sorted(set(out))
 
 
-def _axes(ms: Sequence[int], ns: Sequence[int], width: int, height: int, every: int) -> str:
+def _axes(ms: Sequence[int], ns: Sequence[int], width: int, height: int, labelled: set[int] | None = None) -> str:
+    """Axis labels: every value, or (dense map) only the measured ones, skipping a label that would
+    overlap the previous one."""
     parts = [f'<text x="{LEFT - 8}" y="{TOP - 20}" class="axis-title" text-anchor="end">M \\ N</text>']
+    last_x = -math.inf
     for col, n in enumerate(ns):
-        if col % every == 0:
-            parts.append(f'<text x="{LEFT + col * width + width / 2:.1f}" y="{TOP - 6}" class="axis" '
-                         f'text-anchor="middle">{_e(_short(n))}</text>')
-    row_every = 1 if height >= CELL_H else max(1, math.ceil(len(ms) / 12))
+        x = LEFT + col * width + width / 2
+        if (labelled is None or n in labelled) and x - last_x >= LABEL_GAP:
+            parts.append(f'<text x="{x:.1f}" y="{TOP - 6}" class="axis" text-anchor="middle">{_e(_short(n))}</text>')
+            last_x = x
     for row, m in enumerate(ms):
-        if row % row_every == 0:
+        if labelled is None or m in labelled:
             parts.append(f'<text x="{LEFT - 6}" y="{TOP + row * height + height / 2 + 4:.1f}" class="axis" '
                          f'text-anchor="end">{_e(_short(m))}</text>')
     return "".join(parts)

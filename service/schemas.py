@@ -3,12 +3,24 @@ columns without the API changing, and the reverse. The upload body is the exchan
 ``autotuner/exchange.py``, shared with the CLI."""
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal, Optional
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from autotuner.exchange import TIMING_METHODS
+from service.config import DIM_CEILING
+from service.params import DTYPE_HELP, DtypeName
 
 ConfigValue = int | float | str | bool
+
+
+def _utc(value: datetime) -> datetime:
+    # SQLite hands times back without a zone; they were stored in UTC, and RFC 3339 needs the offset.
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 
 
 class ErrorBody(BaseModel):
@@ -18,6 +30,20 @@ class ErrorBody(BaseModel):
     message: str
     detail: Any = None
     known_gpus: Optional[list[str]] = Field(default=None, description="on 404 for a GPU: the GPUs with tables")
+
+
+class DispatchQuery(BaseModel):
+    """The parameters of ``GET /dispatch``. One model for both ways a request is answered (the route,
+    and the fast path in ``service/fast_dispatch.py``), so the two cannot accept different things.
+    The configured ``AUTOTUNER_MAX_M`` / ``MAX_N`` (at most these ceilings) are applied after it."""
+
+    m: int = Field(ge=1, le=DIM_CEILING, description="rows; at most AUTOTUNER_MAX_M (default 2**31-1)")
+    n: int = Field(ge=1, le=DIM_CEILING, description="row length; at most AUTOTUNER_MAX_N (default 2**31-1)")
+    dtype: DtypeName = Field(description=DTYPE_HELP)
+    gpu: Optional[str] = Field(default=None, max_length=128,
+                               description="GPU model key (h100) or device name; default AUTOTUNER_DEFAULT_GPU")
+    timing_method: Literal[TIMING_METHODS] = Field(  # type: ignore[valid-type]
+        default="cold", description="which table: cold or warm L2, or CUDA graph")
 
 
 class DispatchAnswer(BaseModel):
@@ -114,7 +140,7 @@ class MeasurementOut(BaseModel):
     max_rel_error: Optional[float] = None
     compile_seconds: Optional[float] = None
     error: Optional[str] = None
-    created_at: Optional[datetime] = None
+    created_at: Optional[UtcDatetime] = None
 
 
 class MeasurementPage(BaseModel):
@@ -135,11 +161,18 @@ class TablesHealth(BaseModel):
     from_database: int
     shipped: int
     generation: int = Field(description="grows each time the tables are reloaded")
-    loaded_at: Optional[datetime] = None
+    loaded_at: Optional[UtcDatetime] = None
     last_error: Optional[str] = Field(default=None, description="why the last reload failed, if it did")
+
+
+class FastPathHealth(BaseModel):
+    entries: int = Field(description="/dispatch answers held for replay")
+    hits: int = Field(description="requests answered by replaying one, since start")
+    answers: int = Field(description="requests answered by the fast path's own lookup, since start")
 
 
 class Health(BaseModel):
     status: Literal["ok", "degraded"] = Field(description="'degraded': the database cannot be reached")
     database: DatabaseHealth
     tables: TablesHealth
+    dispatch_fast_path: FastPathHealth

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from sqlalchemy import text
 
 from service.deps import LiveTablesDep
-from service.schemas import DatabaseHealth, Health, TablesHealth
+from service.schemas import DatabaseHealth, FastPathHealth, Health, TablesHealth
 
 router = APIRouter(tags=["health"])
 
@@ -17,6 +17,7 @@ def healthz(request: Request, live: LiveTablesDep) -> Health:
     """Always 200 while the process serves: with the database down ``/dispatch`` still answers from the
     tables already loaded, so ``status`` says "degraded" rather than the probe failing."""
     engine = request.app.state.engine
+    fast = request.app.fast_dispatch
     error = None
     try:
         with engine.connect() as connection:
@@ -33,4 +34,5 @@ def healthz(request: Request, live: LiveTablesDep) -> Health:
             generation=live.generation, last_error=live.last_error,
             loaded_at=datetime.fromtimestamp(live.loaded_at, timezone.utc) if live.loaded_at else None,
         ),
+        dispatch_fast_path=FastPathHealth(entries=len(fast), hits=fast.hits, answers=fast.fast_answers),
     )

@@ -6,11 +6,10 @@ from typing import Annotated, Literal, Optional
 from fastapi import APIRouter, Query
 
 from autotuner.exchange import MAX_DIM, MEASUREMENT_STATUSES, TIMING_METHODS
-from autotuner.gpu import validate_gpu_key
 from db.queries import MEASUREMENT_FIELDS, search_measurements
-from kernels.base import normalize_dtype
 from service.deps import SessionDep
-from service.errors import ERROR_RESPONSES, invalid
+from service.errors import ERROR_RESPONSES
+from service.params import DTYPE_HELP, DtypeName, canonical_dtype, gpu_key
 from service.schemas import MeasurementOut, MeasurementPage
 
 router = APIRouter(tags=["measurements"])
@@ -24,7 +23,7 @@ MAX_OFFSET = 2**31 - 1
 def measurements(
     session: SessionDep,
     gpu: Annotated[Optional[str], Query(max_length=128, description="GPU model key")] = None,
-    dtype: Annotated[Optional[str], Query(max_length=32, description="fp32, fp16, bf16 or an alias")] = None,
+    dtype: Annotated[Optional[DtypeName], Query(description=DTYPE_HELP)] = None,
     variant: Annotated[Optional[str], Query(max_length=64)] = None,
     status: Annotated[Optional[Literal[MEASUREMENT_STATUSES]], Query()] = None,  # type: ignore[valid-type]
     m: Annotated[Optional[int], Query(ge=0, le=MAX_DIM)] = None,
@@ -34,16 +33,10 @@ def measurements(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"page size, 1..{MAX_PAGE}")] = 100,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="rows to skip")] = 0,
 ) -> MeasurementPage:
-    try:
-        gpu_key = validate_gpu_key(gpu) if gpu else None
-    except ValueError as exc:
-        raise invalid("query", "gpu", str(exc), gpu) from None
-    try:
-        canonical_dtype = normalize_dtype(dtype) if dtype else None
-    except ValueError as exc:
-        raise invalid("query", "dtype", str(exc), dtype) from None
+    # A blank gpu filter matches nothing (it names no GPU) rather than being ignored.
+    gpu_model = None if gpu is None else (gpu_key(gpu) or "")
     total, rows = search_measurements(
-        session, gpu_key=gpu_key, dtype=canonical_dtype, variant=variant, status=status, m=m, n=n,
+        session, gpu_key=gpu_model, dtype=canonical_dtype(dtype) if dtype else None, variant=variant, status=status, m=m, n=n,
         timing_method=timing_method, run_id=run_id, limit=limit, offset=offset,
     )
     items = [

@@ -6,29 +6,20 @@ from typing import Annotated, Optional
 from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse
 
-from autotuner.gpu import validate_gpu_key
-from kernels.base import normalize_dtype
 from service.deps import LiveTablesDep
-from service.errors import ERROR_RESPONSES, invalid
+from service.errors import JSON_ERROR_RESPONSES
 from service.page import render_page
+from service.params import DTYPE_HELP, DtypeName, canonical_dtype, gpu_key
 
 router = APIRouter(tags=["page"])
 
 
-@router.get("/", response_class=HTMLResponse, responses={**ERROR_RESPONSES},
+@router.get("/", response_class=HTMLResponse, responses={**JSON_ERROR_RESPONSES},
             summary="Dispatch maps of every table (HTML), optionally of one GPU and/or dtype")
 def page(
     live: LiveTablesDep,
     gpu: Annotated[Optional[str], Query(max_length=128, description="only this GPU model")] = None,
-    dtype: Annotated[Optional[str], Query(max_length=32, description="only this dtype (aliases accepted)")] = None,
+    dtype: Annotated[Optional[DtypeName], Query(description="only this dtype: " + DTYPE_HELP)] = None,
 ) -> HTMLResponse:
     # A sync route: rendering many tables is CPU work that should not hold the event loop.
-    try:
-        gpu_key = validate_gpu_key(gpu) if gpu else None
-    except ValueError as exc:
-        raise invalid("query", "gpu", str(exc), gpu) from None
-    try:
-        canonical_dtype = normalize_dtype(dtype) if dtype else None
-    except ValueError as exc:
-        raise invalid("query", "dtype", str(exc), dtype) from None
-    return HTMLResponse(render_page(live, gpu_key, canonical_dtype))
+    return HTMLResponse(render_page(live, gpu_key(gpu), canonical_dtype(dtype) if dtype else None))

@@ -7,16 +7,13 @@ declared body before it runs dependencies, and an unauthenticated caller must ge
 """
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
-from autotuner.exchange import ExchangeDocument, ImportSummary, import_runs
+from autotuner.exchange import ExchangeDocument, ImportSummary, import_runs, parse_document
 from service.deps import SettingsDep, UploadAuthDep
 from service.errors import ERROR_RESPONSES, ApiError, invalid
 from service.schemas import ErrorBody
@@ -66,20 +63,11 @@ def _import(sessions: sessionmaker[Session], body: bytes) -> ImportSummary:
     return summary
 
 
-def _refuse_non_finite(token: str) -> float:
-    # Python's json accepts NaN and Infinity, which are not JSON and would poison stored rows.
-    raise ValueError(f"{token} is not a JSON number")
-
-
 def _validated(body: bytes) -> ExchangeDocument:
     if not body.strip():
         raise invalid("body", "runs", "the body is empty; send the JSON document `autotuner export` writes")
     try:
-        raw: Any = json.loads(body, parse_constant=_refuse_non_finite)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and bad UTF-8 are ValueErrors
-        raise RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": f"body is not valid JSON: {exc}"}]) from None
-    try:
-        return ExchangeDocument.model_validate(raw)
+        return parse_document(body)
     except ValidationError as exc:
         errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_url=False)]
         raise RequestValidationError(errors) from None

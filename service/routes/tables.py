@@ -10,11 +10,10 @@ from typing import Annotated, Literal, Optional
 from fastapi import APIRouter, Header, Path, Query, Response
 
 from autotuner.exchange import TIMING_METHODS
-from autotuner.gpu import validate_gpu_key
 from autotuner.table import DispatchTable
-from kernels.base import normalize_dtype
 from service.deps import LiveTablesDep
-from service.errors import ERROR_RESPONSES, ApiError, invalid
+from service.errors import ERROR_RESPONSES, ApiError
+from service.params import DTYPE_HELP, DtypeName, canonical_dtype, gpu_key
 from service.schemas import ErrorBody, GpuTables, RegretFigures, TableDocument, TableSummary
 from service.tables import LiveTables
 
@@ -54,22 +53,16 @@ def _summary(live: LiveTables, table: DispatchTable) -> TableSummary:
 async def table(
     live: LiveTablesDep,
     gpu: Annotated[str, Path(max_length=128, description="GPU model key, e.g. h100")],
-    dtype: Annotated[str, Path(max_length=32, description="fp32, fp16, bf16 or an alias")],
+    dtype: Annotated[DtypeName, Path(description=DTYPE_HELP)],
     timing_method: Annotated[Literal[TIMING_METHODS], Query()] = "cold",  # type: ignore[valid-type]
     if_none_match: Annotated[Optional[str], Header(max_length=4096)] = None,
 ) -> Response:
-    try:
-        canonical_dtype = normalize_dtype(dtype)
-    except ValueError as exc:
-        raise invalid("path", "dtype", str(exc), dtype) from None
-    try:
-        gpu_key = validate_gpu_key(gpu)
-    except ValueError as exc:
-        raise invalid("path", "gpu", str(exc), gpu) from None
-    found = live.store.get(gpu_key, canonical_dtype, timing_method)
+    dtype_key = canonical_dtype(dtype)
+    gpu_model = gpu_key(gpu) or ""
+    found = live.store.get(gpu_model, dtype_key, timing_method)
     known = live.store.gpus()
     if found is None:
-        what = f"GPU {gpu_key!r}" if gpu_key not in known else f"{canonical_dtype}/{timing_method} on GPU {gpu_key!r}"
+        what = f"GPU {gpu_model!r}" if gpu_model not in known else f"{dtype_key}/{timing_method} on GPU {gpu_model!r}"
         raise ApiError(404, f"no dispatch table for {what}; known GPUs: {', '.join(known) or 'none'}", known_gpus=known)
     encoded = live.encoded(found)
     headers = {"ETag": encoded.etag, "Cache-Control": "no-cache"}
