@@ -10,7 +10,8 @@ def describe_variants(check_available: bool = True) -> list[dict[str, Any]]:
     """One plain dict per registered variant: name, seed, backend, dtypes, configs, availability."""
     described = []
     for variant in all_variants():
-        support = variant.available() if check_available else None
+        unimportable = getattr(variant, "backend", "") == "unknown"  # registry stand-in: keep its reason
+        support = variant.available() if (check_available or unimportable) else None
         try:
             configs = [config.as_dict() for config in variant.all_configs()]
         except Exception as exc:  # a broken variant is listed with its reason, never hides the rest

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 FALLBACK_VARIANT = "torch_softmax"
 DEFAULT_METHOD = "cold"
 MAX_DIM = 1 << 31
+CACHE_LIMIT = 1 << 16  # answers kept per store; a server fed endless new shapes must not grow forever
 
 
 class UnknownGpuError(LookupError):
@@ -104,6 +105,8 @@ class TableStore:
         if hit is not None:
             return hit
         choice = self._select_uncached(m, n, dtype, gpu, method, allow_fallback)
+        if len(self._cache) >= CACHE_LIMIT:
+            self._cache.clear()  # cheap and rare; the working set refills in microseconds per shape
         self._cache[key] = choice
         return choice
 

@@ -76,3 +76,13 @@ def test_runtime_replaces_a_choice_this_host_cannot_run_with_torch(monkeypatch):
     with pytest.warns(RuntimeWarning, match="cannot run here"):
         build = runtime.build_for("no_such_variant", {"block": 1}, "fp32", 10)
     assert build.variant == "torch_softmax"
+
+
+def test_the_answer_cache_is_bounded(monkeypatch):
+    from autotuner import select
+
+    monkeypatch.setattr(select, "CACHE_LIMIT", 8)
+    store = store_with("h100")
+    for n in range(1, 50):
+        store.select(1, n, "bf16", "h100")
+    assert len(store._cache) <= 8
