@@ -177,3 +177,40 @@ class DispatchTable(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
 
     gpu_model: Mapped[GpuModel] = relationship()
+
+
+class WorkListEntry(Base):
+    """One shape of a shared sweep work list: what several sweepers (threads, processes, hosts) claim so
+    that no two measure the same shape at once. ``list_key`` names the list: sweepers share one when
+    they tune the same GPU model, environment, timing method and kernel sources (see
+    ``autotuner/parallel.py``). A claim holds until ``lease_expires_at``; the holder renews it after
+    every item, and anyone may take over an expired one (or, on the same host, one whose process died).
+    Measurements stay the record of what was measured; this table only says who works on what."""
+
+    __tablename__ = "work_list"
+    __table_args__ = (UniqueConstraint("list_key", "m", "n", "dtype"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    list_key: Mapped[str] = mapped_column(String(64), index=True)
+    position: Mapped[int] = mapped_column(Integer)  # claim order: coarse to fine
+    m: Mapped[int] = mapped_column(Integer)
+    n: Mapped[int] = mapped_column(Integer)
+    dtype: Mapped[str] = mapped_column(String(8))
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending|claimed|done
+    claimed_by: Mapped[Optional[str]] = mapped_column(String(192))  # "host:pid:run:slot"
+    claim_host: Mapped[Optional[str]] = mapped_column(String(128))
+    claim_pid: Mapped[Optional[int]]
+    claim_run_id: Mapped[Optional[int]] = mapped_column(ForeignKey("sweep_runs.id"))
+    claimed_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    lease_expires_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims taken, takeovers included
+    done_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+
+
+class SweepProcess(Base):
+    """The process that runs (or ran) a sweep run, so that a later sweep on the same host can tell a
+    run that was killed (its process is gone, its status still "running") and mark it interrupted."""
+
+    __tablename__ = "sweep_processes"
+    run_id: Mapped[int] = mapped_column(ForeignKey("sweep_runs.id"), primary_key=True)
+    host: Mapped[str] = mapped_column(String(128), index=True)
+    pid: Mapped[int] = mapped_column(Integer)

@@ -347,3 +347,53 @@ def current_tables_stamp(session: Session) -> tuple[int | None, int]:
     newest = session.scalar(select(func.max(DispatchTable.id)))
     current = session.scalar(select(func.count()).select_from(DispatchTable).where(DispatchTable.is_current.is_(True)))
     return newest, int(current or 0)
+
+
+# --- Sweep resume, concurrent sweepers and `autotuner status` (added; the functions above are unchanged) ---
+
+
+def shape_measurements(
+    session: Session, gpu_id: int, environment_id: int, timing_method: str, m: int, n: int, dtype: str
+) -> list[tuple[int, str, float | None]]:
+    """(candidate_id, status, median_us) of every row on one shape for this GPU, environment and method,
+    in any run: what a sweeper re-reads when it takes a shape, since another may have measured some."""
+    statement = (
+        select(Measurement.candidate_id, Measurement.status, Measurement.median_us)
+        .join(SweepRun, Measurement.run_id == SweepRun.id)
+        .where(
+            SweepRun.gpu_model_id == gpu_id,
+            SweepRun.environment_id == environment_id,
+            SweepRun.timing_method == timing_method,
+            Measurement.m == m, Measurement.n == n, Measurement.dtype == dtype,
+        )
+    )
+    return [tuple(row) for row in session.execute(statement)]
+
+
+def has_copy_reference(
+    session: Session, gpu_id: int, environment_id: int, timing_method: str, m: int, n: int, dtype: str
+) -> bool:
+    statement = (
+        select(CopyReference.id)
+        .join(SweepRun, CopyReference.run_id == SweepRun.id)
+        .where(
+            SweepRun.gpu_model_id == gpu_id,
+            SweepRun.environment_id == environment_id,
+            SweepRun.timing_method == timing_method,
+            CopyReference.m == m, CopyReference.n == n, CopyReference.dtype == dtype,
+        )
+        .limit(1)
+    )
+    return session.scalar(statement) is not None
+
+
+def mark_runs_interrupted(session: Session, run_ids: Sequence[int]) -> int:
+    """Runs still marked "running" whose process is known to be gone become "interrupted"."""
+    if not run_ids:
+        return 0
+    result = session.execute(
+        update(SweepRun)
+        .where(SweepRun.id.in_(list(run_ids)), SweepRun.status == "running")
+        .values(status="interrupted", finished_at=utcnow())
+    )
+    return int(result.rowcount or 0)

@@ -2,14 +2,27 @@
 
 ``ReplayMeasurer`` answers each work item from a table of recorded results (real GPU measurements in
 the replay tests); the faulty measurers imitate what a faulting or hanging kernel does to a worker.
+``DeterministicMeasurer`` and ``register_fake_variants`` let the real ``autotuner sweep`` command run
+on a CPU (``--measurer``/``--setup``, see ``autotuner/cli_sweep.py``).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from typing import Any
 
 from autotuner.measure import WorkItem, failure
+from kernels import all_variants, register_variant
+from kernels.base import Build, KernelConfig, Variant
+
+ITEM_PAUSE_ENV = "AUTOTUNER_TEST_ITEM_S"  # seconds each fake worker measurement takes
+
+
+def _pause() -> None:
+    seconds = float(os.environ.get(ITEM_PAUSE_ENV) or 0)
+    if seconds > 0:
+        time.sleep(seconds)
 
 
 class ReplayMeasurer:
@@ -34,6 +47,7 @@ class FaultyMeasurer:
         self.method = method
 
     def measure(self, item: WorkItem) -> dict[str, Any]:
+        _pause()
         if item.variant == "segfault":
             os._exit(139)
         if item.variant == "hang":
@@ -42,3 +56,61 @@ class FaultyMeasurer:
             return failure("fault", "CUDA error: an illegal memory access was encountered", fatal=True)
         return {"status": "ok", "median_us": 10.0 + item.n / 1000, "p20_us": 9.9, "p80_us": 10.1,
                 "repetitions": 20, "error": f"pid={os.getpid()}"}
+
+
+class FakeRows(Variant):
+    """A test variant: two configs, the smaller only up to N = 4096. Never built: fake measurers answer."""
+
+    name, backend, seed = "fake_rows", "test", "test"
+
+    def all_configs(self) -> list[KernelConfig]:
+        return [KernelConfig.of(block=128), KernelConfig.of(block=256)]
+
+    def constraints(self, config: KernelConfig, dtype: str) -> dict[str, int]:
+        return {"n_max": 4096} if config["block"] == 128 else {}
+
+    def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
+        raise AssertionError("fake variants are never built")
+
+
+class FakeSplit(FakeRows):
+    name = "fake_split"
+
+    def all_configs(self) -> list[KernelConfig]:
+        return [KernelConfig.of(split=2), KernelConfig.of(split=4)]
+
+    def constraints(self, config: KernelConfig, dtype: str) -> dict[str, int]:
+        return {}
+
+
+def register_fake_variants() -> None:
+    """Setup hook (``--setup tests.autotuner.fakes:register_fake_variants``); idempotent."""
+    known = {v.name for v in all_variants()}
+    for variant in (FakeRows(), FakeSplit()):
+        if variant.name not in known:
+            register_variant(variant)
+
+
+def deterministic_result(item: WorkItem) -> dict[str, Any]:
+    """A result that depends on the item only, so two sweeps of one grid store identical rows; one
+    config fails verification on bf16 (failure rows must survive resume too)."""
+    if item.config_key == "split=4" and item.dtype == "bf16":
+        return failure("wrong", "3 element(s) outside tolerance")
+    digest = hashlib.sha256(repr(item.identity).encode()).digest()
+    jitter = 1 + digest[0] / 2550  # up to 10 %
+    base = 2.0 + item.m * item.n * (4 if item.dtype == "fp32" else 2) / 3e6
+    factor = 1.0 if item.kind == "copy" else {"block=128": 1.4, "block=256": 1.2, "split=2": 1.3, "split=4": 1.1}[item.config_key]
+    median = round(base * factor * jitter, 4)
+    return {"status": "ok", "median_us": median, "p20_us": round(median * 0.98, 4), "p80_us": round(median * 1.03, 4),
+            "repetitions": 20, "registers": 32 if item.kind == "candidate" else None}
+
+
+class DeterministicMeasurer:
+    """Worker-side measurer (``--measurer tests.autotuner.fakes:DeterministicMeasurer``)."""
+
+    def __init__(self, method: str, time_cap_s: float = 0.5):
+        self.method = method
+
+    def measure(self, item: WorkItem) -> dict[str, Any]:
+        _pause()
+        return deterministic_result(item)
