@@ -10,6 +10,7 @@ is refused with a :class:`DatabaseError` that names the file and what was expect
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -115,20 +116,32 @@ def check_schema(engine: Engine, *, create: bool) -> None:
     if not tables:
         if not create:
             raise DatabaseError(f"database {where} is empty; run `autotuner sweep` to fill it")
-        Base.metadata.create_all(engine)
-        with Session(engine) as session, session.begin():
-            session.add_all([
-                SchemaInfo(key="application", value=APPLICATION_ID),
-                SchemaInfo(key="schema_version", value=str(SCHEMA_VERSION)),
-            ])
-        return
+        try:
+            Base.metadata.create_all(engine)
+            with Session(engine) as session, session.begin():
+                session.add_all([
+                    SchemaInfo(key="application", value=APPLICATION_ID),
+                    SchemaInfo(key="schema_version", value=str(SCHEMA_VERSION)),
+                ])
+            return
+        except (OperationalError, SADatabaseError):
+            # Another process created the schema between our look and our create (two sweeps started
+            # together on a new file): check what it made instead of failing.
+            tables = set(inspect(engine).get_table_names())
+            if SchemaInfo.__tablename__ not in tables:
+                raise
     if SchemaInfo.__tablename__ not in tables:
         raise DatabaseError(
             f"database {where} holds tables {sorted(tables)[:5]} but is not a softmax-autotuner "
             f"database (no schema_info table); use another path"
         )
-    with Session(engine) as session:
-        info = dict(session.execute(select(SchemaInfo.key, SchemaInfo.value)).all())
+    info: dict[str, str] = {}
+    for _attempt in range(50):  # a concurrent creator may not have written its rows yet
+        with Session(engine) as session:
+            info = dict(session.execute(select(SchemaInfo.key, SchemaInfo.value)).all())
+        if info:
+            break
+        time.sleep(0.1)
     if info.get("application") != APPLICATION_ID:
         raise DatabaseError(f"database {where} belongs to {info.get('application')!r}, not {APPLICATION_ID}")
     if info.get("schema_version") != str(SCHEMA_VERSION):

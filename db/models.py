@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -56,8 +57,8 @@ class GpuModel(Base):
     key: Mapped[str] = mapped_column(String(32), unique=True)  # normalised: "h100", "a100", "h200"
     name: Mapped[str] = mapped_column(String(128))  # as the driver reports it
     sm_count: Mapped[Optional[int]]
-    l2_bytes: Mapped[Optional[int]]
-    memory_bytes: Mapped[Optional[int]]
+    l2_bytes: Mapped[Optional[int]] = mapped_column(BigInteger)
+    memory_bytes: Mapped[Optional[int]] = mapped_column(BigInteger)  # 80 GB overflows a 32-bit column
     compute_capability: Mapped[Optional[str]] = mapped_column(String(8))  # "9.0"
 
 

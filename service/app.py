@@ -44,7 +44,7 @@ class ServiceApp(FastAPI):
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     engine = make_engine(settings.database_url, create=True)
-    live = LiveTables(engine, settings.reload_interval_s)
+    live = LiveTables(engine, settings.reload_interval_s, settings.shipped_tables)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -13,6 +13,7 @@ variable                       meaning                                          
 ``AUTOTUNER_MAX_N``            largest N ``/dispatch`` accepts                              2**31 - 1
 ``AUTOTUNER_RELOAD_INTERVAL_S``  at most this often a request checks the database for a    5.0
                                newer fitted table
+``AUTOTUNER_SHIPPED_TABLES``   serve the package's shipped tables under the database's     true
 ``AUTOTUNER_MAX_UPLOAD_BYTES``  largest ``POST /runs`` body                                256 MiB
 =============================  ==========================================================  ==========
 
@@ -41,6 +42,7 @@ class Settings(BaseSettings):
     max_m: int = Field(default=DIM_CEILING, ge=1, le=DIM_CEILING, description="largest M /dispatch accepts")
     max_n: int = Field(default=DIM_CEILING, ge=1, le=DIM_CEILING, description="largest N /dispatch accepts")
     reload_interval_s: float = Field(default=5.0, ge=0, le=86_400, description="seconds between checks for newer tables")
+    shipped_tables: bool = Field(default=True, description="serve the package's shipped tables under the database's")
     max_upload_bytes: int = Field(default=256 * 2**20, ge=1, description="largest POST /runs body in bytes")
 
     @field_validator("database_url")

@@ -35,5 +35,6 @@ def settings_environment(settings: Settings) -> dict[str, str]:
         "max_n": settings.max_n,
         "reload_interval_s": settings.reload_interval_s,
         "max_upload_bytes": settings.max_upload_bytes,
+        "shipped_tables": str(settings.shipped_tables).lower(),
     }
     return {f"AUTOTUNER_{name.upper()}": str(value) for name, value in values.items() if value is not None}

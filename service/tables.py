@@ -40,9 +40,10 @@ class LiveTables:
 
     ``generation`` grows on every reload: response caches keyed by it never serve a stale answer."""
 
-    def __init__(self, engine: Engine, reload_interval_s: float):
+    def __init__(self, engine: Engine, reload_interval_s: float, include_shipped: bool = True):
         self.engine = engine
         self.reload_interval_s = reload_interval_s
+        self.include_shipped = include_shipped
         self.store = TableStore()
         self.generation = 0
         self.database_keys: frozenset[tuple[str, str, str]] = frozenset()
@@ -78,16 +79,19 @@ class LiveTables:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.warning("could not read dispatch tables from the database: %s", self.last_error)
                 if self.loaded_at is None:
-                    self._install(load_shipped_tables(), [])
+                    self._install(self._shipped(), [])
                 return False
             self.last_error = None
-            self._install(load_shipped_tables(), database_tables)
+            self._install(self._shipped(), database_tables)
             self._stamp = stamp
             log.info("loaded %d dispatch tables (%d from the database, stamp %s)",
                      len(self.store.tables()), len(database_tables), stamp)
             return True
         finally:
             self._lock.release()
+
+    def _shipped(self) -> list[DispatchTable]:
+        return load_shipped_tables() if self.include_shipped else []
 
     def _install(self, shipped: list[DispatchTable], from_database: list[DispatchTable]) -> None:
         # Later tables win in replace_all, so the database's overlay the shipped ones of the same key.

@@ -42,7 +42,8 @@ def database_url(template_database, tmp_path) -> str:
 
 @pytest.fixture
 def settings(database_url) -> Settings:
-    return Settings(database_url=database_url, upload_token=UPLOAD_TOKEN, reload_interval_s=0)
+    # shipped tables off: the tests assert on exactly the fixture database's tables
+    return Settings(database_url=database_url, upload_token=UPLOAD_TOKEN, reload_interval_s=0, shipped_tables=False)
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ def test_service_main_run_serves_until_stopped(database_url):
     """``service.main.run`` (what `autotuner serve` calls) in its own process, stopped with SIGTERM."""
     port = free_port()
     code = ("import sys; from service.main import run; from service.config import Settings; "
-            f"run('127.0.0.1', {port}, Settings(database_url={database_url!r}), log_level='warning')")
+            f"run('127.0.0.1', {port}, Settings(database_url={database_url!r}, shipped_tables=False), log_level='warning')")
     process = subprocess.Popen([sys.executable, "-c", code])
     try:
         deadline = time.monotonic() + 60
