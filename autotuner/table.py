@@ -19,7 +19,7 @@ failed). Lookup rules:
   0.29 < 0.71) but only candidates whose ``n_max`` ≥ 5000 and whose ``n_multiple_of`` divides 5000.
 - ``interp-log``: every candidate's time is predicted by bilinear interpolation of log time in
   (log2 M, log2 N) between the bracketing measured grid lines (clamped outside the grid), using only
-  points of the same N alignment class (N % 8 == 0, or not) when the table has both; the fastest
+  points of the same N alignment class (N % 8 == 0, or not) when that class's points surround N; the fastest
   predicted admissible candidate wins. A candidate missing at a corner is predicted from the corners
   it has; a candidate with none is not chosen. Exact measured points answer with their winner.
 """
@@ -97,8 +97,12 @@ class DispatchTable:
         return self._nearest(m, n, allowed)
 
     def _points_for(self, n: int) -> list[dict[str, Any]]:
+        """Points of n's alignment class when they surround n on the N axis; otherwise all points (a
+        class measured at one N, say only 50257, says nothing about N = 2500)."""
         same = self._by_class.get(alignment_class(n))
-        return same if same else self.points
+        if same and min(p["n"] for p in same) <= n <= max(p["n"] for p in same):
+            return same
+        return self.points
 
     def _nearest(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
         lm, ln = _log2(m), _log2(n)

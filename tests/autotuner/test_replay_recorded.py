@@ -113,3 +113,22 @@ def test_quick_drop_never_dropped_a_shapes_winner(recorded):
                 best[key] = measurement
     assert best and all(m.repetitions > QUICK_REPS for m in best.values())
     assert all(math.isfinite(m.median_us) for m in best.values())
+
+
+def test_held_out_shapes_recorded_on_the_gpu_score_the_fitted_tables(recorded, fitted, tmp_path):
+    """Held-out runs (off-grid M and N, tests/data/h200_heldout.json.gz) never feed the fit and
+    score it: every dtype is answered on all 12 held-out shapes with modest regret."""
+    from autotuner.evaluate import held_out_scores
+
+    held_out = Path(__file__).parents[1] / "data" / "h200_heldout.json.gz"
+    engine, _, _ = recorded
+    with gzip.open(held_out, "rt") as handle, Session(engine) as session, session.begin():
+        import_runs(session, handle.read())
+    with Session(engine) as session, session.begin():
+        refit = {dtype: fit_table(session, recorded[1], dtype, save=False) for dtype in fitted}
+    for dtype, document in refit.items():
+        assert [p for p in document["points"] if (p["m"], p["n"]) == (2000, 12000)] == []  # not fitted on
+        with Session(engine) as session:
+            scores = held_out_scores(session, DispatchTable(document))
+        assert scores["shapes"] == 12 and scores["misses"] == 0, dtype
+        assert scores["geomean"] < 1.10 and scores["max"] < 1.5, (dtype, scores["geomean"], scores["max"])

@@ -64,3 +64,10 @@ def test_odd_n_is_interpolated_from_its_own_alignment_class_when_present():
 def test_malformed_tables_are_refused_with_the_reason(broken, message):
     with pytest.raises(TableFormatError, match=message):
         DispatchTable({**document(), **broken})
+
+
+def test_an_alignment_class_measured_at_one_n_does_not_speak_for_other_n():
+    points = document()["points"] + [{"m": 1, "n": 50257, "times": [None, None, 5.0]},
+                                     {"m": 4096, "n": 50257, "times": [None, None, 500.0]}]
+    table = DispatchTable(document("interp-log", points))
+    assert table.lookup(1, 1001).candidate == 0  # odd N far from 50257: the N=1024 points decide
