@@ -242,9 +242,6 @@ def serve(
     run(host, port, settings)
 
 
-if __name__ == "__main__":
-    app()
-
 from autotuner import cli_sweep  # noqa: E402,F401 - registers the sweep and status commands
 from autotuner import cli_evaluate  # noqa: E402,F401 - registers the evaluate and bench commands
 from autotuner import cli_exchange  # noqa: E402,F401 - registers export and import

@@ -111,5 +111,5 @@ def check_softmax(out: Any, x: Any, dtype: str) -> CheckResult:
         sums = got[clean_rows].sum(dim=-1)
         worst_sum = float((sums - 1.0).abs().max())
         if worst_sum > ROW_SUM_TOLERANCE[dtype]:
-            return CheckResult(False, max_rel, f"a row sums to 1 {'+-'} {worst_sum:.3g}, tolerance {ROW_SUM_TOLERANCE[dtype]}")
+            return CheckResult(False, max_rel, f"a row's sum is off 1 by {worst_sum:.3g}, tolerance {ROW_SUM_TOLERANCE[dtype]}")
     return CheckResult(True, max_rel)
