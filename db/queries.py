@@ -310,23 +310,10 @@ def search_measurements(
     offset: int = 0,
 ) -> tuple[int, list[tuple[Measurement, Candidate, SweepRun, GpuModel]]]:
     """One page of measurements matching every given filter, in id order, and the total that match."""
-    conditions = []
-    if gpu_key is not None:
-        conditions.append(GpuModel.key == gpu_key)
-    if dtype is not None:
-        conditions.append(Measurement.dtype == dtype)
-    if variant is not None:
-        conditions.append(Candidate.variant == variant)
-    if status is not None:
-        conditions.append(Measurement.status == status)
-    if m is not None:
-        conditions.append(Measurement.m == m)
-    if n is not None:
-        conditions.append(Measurement.n == n)
-    if timing_method is not None:
-        conditions.append(SweepRun.timing_method == timing_method)
-    if run_id is not None:
-        conditions.append(Measurement.run_id == run_id)
+    filters = [(GpuModel.key, gpu_key), (Measurement.dtype, dtype), (Candidate.variant, variant),
+               (Measurement.status, status), (Measurement.m, m), (Measurement.n, n),
+               (SweepRun.timing_method, timing_method), (Measurement.run_id, run_id)]
+    conditions = [column == value for column, value in filters if value is not None]
 
     def joined(statement):  # noqa: ANN001, ANN202 - a Select of either shape
         return (

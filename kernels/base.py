@@ -110,6 +110,17 @@ def unsupported(reason: str) -> Support:
     return Support(False, reason)
 
 
+def torch_cuda_support() -> Support:
+    """Whether torch imports and sees a CUDA device: the availability rule most variants share."""
+    try:
+        import torch
+    except ImportError as exc:
+        return Support(False, f"torch not importable: {exc}")
+    if not torch.cuda.is_available():
+        return Support(False, "torch sees no CUDA device")
+    return SUPPORTED
+
+
 @dataclass(frozen=True)
 class Resources:
     """What the compiler and the driver report for one build. ``None`` where not applicable

@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from kernels.base import SUPPORTED, Build, KernelConfig, Resources, Support, Variant
+from kernels.base import Build, KernelConfig, Resources, Support, Variant, torch_cuda_support
 
 THREADS = (128, 256, 512, 1024)
 UNROLL = 4  # loop iterations unrolled, so that each thread has several loads in flight
@@ -141,13 +141,7 @@ class CuteOnline(Variant):
         reason = _cute_import_error()
         if reason:
             return Support(False, reason)
-        try:
-            import torch
-        except ImportError as exc:
-            return Support(False, f"torch not importable: {exc}")
-        if not torch.cuda.is_available():
-            return Support(False, "torch sees no CUDA device")
-        return SUPPORTED
+        return torch_cuda_support()
 
     def all_configs(self) -> list[KernelConfig]:
         return [KernelConfig.of(threads=t) for t in THREADS]

@@ -27,7 +27,6 @@ from typing import Any, Callable, ClassVar
 
 from kernels.base import (
     DTYPE_BYTES,
-    SUPPORTED,
     Build,
     KernelConfig,
     Resources,
@@ -35,6 +34,7 @@ from kernels.base import (
     Variant,
     hash_files,
     hash_text,
+    torch_cuda_support,
 )
 
 log = logging.getLogger(__name__)
@@ -45,13 +45,7 @@ def _package_available(module: str, pip_name: str) -> Support:
         importlib.import_module(module)
     except Exception as exc:  # a missing package, or one that fails on import (no CUDA toolkit, ...)
         return Support(False, f"{module} (pip {pip_name}) not importable: {type(exc).__name__}: {exc}")
-    try:
-        import torch
-    except ImportError as exc:
-        return Support(False, f"torch not importable: {exc}")
-    if not torch.cuda.is_available():
-        return Support(False, "torch sees no CUDA device")
-    return SUPPORTED
+    return torch_cuda_support()
 
 
 def _takes_out(fn: Any) -> bool:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.base import SUPPORTED, Build, KernelConfig, Resources, Support, Variant
+from kernels.base import Build, KernelConfig, Resources, Support, Variant, torch_cuda_support
 
 
 class TorchSoftmax(Variant):
@@ -13,13 +13,7 @@ class TorchSoftmax(Variant):
     description = "torch.softmax(x, -1, out=...) as shipped with PyTorch"
 
     def available(self) -> Support:
-        try:
-            import torch
-        except ImportError as exc:
-            return Support(False, f"torch not importable: {exc}")
-        if not torch.cuda.is_available():
-            return Support(False, "torch sees no CUDA device")
-        return SUPPORTED
+        return torch_cuda_support()
 
     def all_configs(self) -> list[KernelConfig]:
         return [KernelConfig()]
