@@ -18,6 +18,7 @@ console = Console(stderr=True)
 out = Console()
 
 DbOption = Annotated[Optional[str], typer.Option("--db", help="Database URL or SQLite path (default: $AUTOTUNER_DB or ~/.local/share/softmax-autotuner/tuning.sqlite).")]
+DtypesOption = Annotated[str, typer.Option(help="Comma list of fp32, fp16, bf16 (aliases accepted), or 'all'.")]
 MethodOption = Annotated[str, typer.Option("--method", help="Timing method: cold (L2 flushed), warm, graph.")]
 
 
@@ -93,7 +94,7 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log deta
 def fit(
     gpu: Annotated[str, typer.Option(help="GPU model whose measurements to fit (h100, ...).")],
     db: DbOption = None,
-    dtype: Annotated[str, typer.Option(help="Comma list of dtypes or 'all'.")] = "all",
+    dtype: DtypesOption = "all",
     method: MethodOption = "cold",
     rule: Annotated[str, typer.Option(help="Lookup rule: interp-log or nearest-log.")] = "interp-log",
     export: Annotated[Optional[str], typer.Option(help="Also write each table as JSON into this folder.")] = None,
@@ -158,7 +159,7 @@ def select_command(
 def report(
     gpu: Annotated[str, typer.Option(help="GPU model whose measurements to report (h100, ...).")],
     db: DbOption = None,
-    dtype: Annotated[str, typer.Option(help="Comma list of dtypes or 'all'.")] = "all",
+    dtype: DtypesOption = "all",
     method: MethodOption = "cold",
     markdown_file: Annotated[Optional[str], typer.Option("--markdown", help="Also write the per-shape table here.")] = None,
 ) -> None:

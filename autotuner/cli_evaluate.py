@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from autotuner.cli import DbOption, MethodOption, UserError, app, check_method, console, friendly, out
+from autotuner.cli import DbOption, DtypesOption, MethodOption, UserError, app, check_method, console, friendly, out
 
 
 @app.command()
@@ -16,7 +16,7 @@ from autotuner.cli import DbOption, MethodOption, UserError, app, check_method, 
 def evaluate(
     gpu: Annotated[str, typer.Option(help="GPU model whose tables to score (h100, ...) or 'auto' (sweeps need the GPU).")],
     db: DbOption = None,
-    dtype: Annotated[str, typer.Option(help="Comma list of dtypes or 'all'.")] = "all",
+    dtype: DtypesOption = "all",
     m: Annotated[Optional[str], typer.Option("--m", help="Held-out M list (default: 3,77,500,2000,6000).")] = None,
     n: Annotated[Optional[str], typer.Option("--n", help="Held-out N list (default: 1000,...,200000, off the grid).")] = None,
     method: MethodOption = "cold",
@@ -76,7 +76,7 @@ def evaluate(
 @app.command()
 @friendly
 def bench(
-    dtype: Annotated[str, typer.Option(help="Comma list of dtypes or 'all'.")] = "all",
+    dtype: DtypesOption = "all",
     m: Annotated[Optional[str], typer.Option("--m", help="M list (default: the sweep grid's).")] = None,
     n: Annotated[Optional[str], typer.Option("--n", help="N list (default: the sweep grid's).")] = None,
     held_out: Annotated[bool, typer.Option("--held-out", help="Use the held-out shape lists instead of the grid.")] = False,

@@ -21,7 +21,7 @@ def describe_table(table: DispatchTable, origin: str) -> dict[str, Any]:
 def table_listing(db_url: str | None = None) -> list[dict[str, Any]]:
     """Shipped tables, then the database's current ones (the database is only read if it exists)."""
     from autotuner.store import tables_in_database
-    from db.engine import resolve_database_url
+    from db.engine import missing_sqlite_file, resolve_database_url
 
     listing = []
     for path in shipped_table_files():
@@ -30,7 +30,7 @@ def table_listing(db_url: str | None = None) -> list[dict[str, Any]]:
         except TableFormatError as exc:
             listing.append({"origin": f"shipped:{Path(path).name}", "error": str(exc)})
     url = resolve_database_url(db_url)
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+    if missing_sqlite_file(url):
         return listing
     listing.extend(describe_table(t, "database") for t in tables_in_database(url))
     return listing

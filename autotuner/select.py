@@ -196,13 +196,13 @@ def reset_default_store() -> None:
 
 def _database_tables() -> list[DispatchTable]:
     """Current tables of the default database, only if its file already exists (never creates one)."""
-    from db.engine import DatabaseError, resolve_database_url
+    from db.engine import DatabaseError, missing_sqlite_file, resolve_database_url
 
     try:
         url = resolve_database_url()
     except DatabaseError:
         return []
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+    if missing_sqlite_file(url):
         return []
     try:
         from autotuner.store import tables_in_database

@@ -50,6 +50,11 @@ def resolve_database_url(url: str | None = None) -> str:
     return chosen
 
 
+def missing_sqlite_file(url: str) -> bool:
+    """True for an SQLite URL whose file does not exist: readers skip it rather than create it."""
+    return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
+
+
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DB-API types vary
     # pysqlite's own transaction handling commits at a SAVEPOINT's release outside an explicit BEGIN;
     # take it over (SQLAlchemy's pysqlite recipe) so nested transactions roll back with their parent.

@@ -117,6 +117,12 @@ def record_copy_reference(session: Session, run_id: int, m: int, n: int, dtype: 
     return row
 
 
+def same_setting(gpu_id: int, environment_id: int, timing_method: str) -> tuple:
+    """Conditions on SweepRun for rows comparable with a sweep: same GPU model, environment, method."""
+    return (SweepRun.gpu_model_id == gpu_id, SweepRun.environment_id == environment_id,
+            SweepRun.timing_method == timing_method)
+
+
 def measured_keys(
     session: Session, gpu_id: int, environment_id: int, timing_method: str
 ) -> set[tuple[int, int, int, str]]:
@@ -125,11 +131,7 @@ def measured_keys(
     statement = (
         select(Measurement.candidate_id, Measurement.m, Measurement.n, Measurement.dtype)
         .join(SweepRun, Measurement.run_id == SweepRun.id)
-        .where(
-            SweepRun.gpu_model_id == gpu_id,
-            SweepRun.environment_id == environment_id,
-            SweepRun.timing_method == timing_method,
-        )
+        .where(*same_setting(gpu_id, environment_id, timing_method))
     )
     return {tuple(row) for row in session.execute(statement)}
 
@@ -138,11 +140,7 @@ def copied_keys(session: Session, gpu_id: int, environment_id: int, timing_metho
     statement = (
         select(CopyReference.m, CopyReference.n, CopyReference.dtype)
         .join(SweepRun, CopyReference.run_id == SweepRun.id)
-        .where(
-            SweepRun.gpu_model_id == gpu_id,
-            SweepRun.environment_id == environment_id,
-            SweepRun.timing_method == timing_method,
-        )
+        .where(*same_setting(gpu_id, environment_id, timing_method))
     )
     return {tuple(row) for row in session.execute(statement)}
 
@@ -347,12 +345,8 @@ def shape_measurements(
     statement = (
         select(Measurement.candidate_id, Measurement.status, Measurement.median_us)
         .join(SweepRun, Measurement.run_id == SweepRun.id)
-        .where(
-            SweepRun.gpu_model_id == gpu_id,
-            SweepRun.environment_id == environment_id,
-            SweepRun.timing_method == timing_method,
-            Measurement.m == m, Measurement.n == n, Measurement.dtype == dtype,
-        )
+        .where(*same_setting(gpu_id, environment_id, timing_method),
+               Measurement.m == m, Measurement.n == n, Measurement.dtype == dtype)
     )
     return [tuple(row) for row in session.execute(statement)]
 
