@@ -96,7 +96,7 @@ def fit(
     db: DbOption = None,
     dtype: DtypesOption = "all",
     method: MethodOption = "cold",
-    rule: Annotated[str, typer.Option(help="Lookup rule: interp-log or nearest-log.")] = "interp-log",
+    rule: Annotated[str, typer.Option(help="Lookup rule: local-regret (default), interp-log or nearest-log.")] = "local-regret",
     export: Annotated[Optional[str], typer.Option(help="Also write each table as JSON into this folder.")] = None,
     any_source: Annotated[bool, typer.Option("--any-source", help="Also use rows measured with an older source of a variant (default: current source only).")] = False,
 ) -> None:

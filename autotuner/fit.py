@@ -4,10 +4,16 @@ For one (GPU model, dtype, timing method): take the newest "ok" time of every ca
 (from runs of one environment: the newest, unless ``environment_id`` says otherwise), drop candidates
 that ever failed verification or faulted on this dtype (never chosen), drop rows whose source hash is
 not the variant's current source, prune candidates that never win by more than ``prune_margin``, and
-write the table document of ``autotuner/table.py``.
+write the table document of ``autotuner/table.py`` (lookup rule ``local-regret`` by default).
 
-Regret of a table on a shape = time of the candidate it chooses / best measured time there. The
-fit reports leave-one-out regret: each measured shape is answered by the table fitted without it.
+Regret of a table on a shape = median time of the candidate it chooses there / the fastest median
+time of any candidate the fit may dispatch to (every verified candidate, before pruning; peers
+excluded) at that shape. The chosen candidate's time is whatever was measured, a full timing or the
+sweep's quick estimate (``measure.QUICK_REPS`` repetitions, kept for candidates already > 1.5x slower
+than the best so far); the fastest is always a full timing, since a quick row is by construction
+more than 1.5x the shape's best. The fit reports leave-one-out regret: each measured shape is
+answered by the table refitted (pruning included) without that shape, so nothing of it reaches its
+own prediction; ``quick_picks`` counts the shapes where that answer had only a quick estimate.
 """
 from __future__ import annotations
 
@@ -18,7 +24,8 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy.orm import Session
 
-from autotuner.table import FORMAT_VERSION, DispatchTable
+from autotuner.measure import QUICK_REPS
+from autotuner.table import DEFAULT_RULE, FORMAT_VERSION, DispatchTable
 from db import queries
 
 BAD_STATUSES = ("wrong", "fault")
@@ -40,6 +47,7 @@ class Observation:
     m: int
     n: int
     median_us: float
+    repetitions: int | None = None  # QUICK_REPS or fewer: the sweep's quick estimate only
 
 
 def select_observations(rows: Sequence[tuple[Any, Any, Any]], current_hash: Callable[[str], str | None],
@@ -66,12 +74,13 @@ def select_observations(rows: Sequence[tuple[Any, Any, Any]], current_hash: Call
         seen.add(key)
         runs.add(run.id)
         observations.append(Observation(candidate.variant, candidate.config_key, dict(candidate.config),
-                                        measurement.m, measurement.n, float(measurement.median_us)))
+                                        measurement.m, measurement.n, float(measurement.median_us),
+                                        measurement.repetitions))
     return [o for o in observations if (o.variant, o.config_key) not in banned], banned, sorted(runs)
 
 
 def build_document(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
-                   *, gpu: str, gpu_name: str, dtype: str, timing_method: str, rule: str = "interp-log",
+                   *, gpu: str, gpu_name: str, dtype: str, timing_method: str, rule: str = DEFAULT_RULE,
                    copy_times: dict[tuple[int, int], float] | None = None, prune_margin: float = DEFAULT_PRUNE_MARGIN,
                    source_runs: Sequence[int] = (), environment: dict[str, Any] | None = None) -> dict[str, Any]:
     """The table document for these observations (see ``autotuner/table.py``), pruned."""
@@ -101,47 +110,79 @@ def prune(candidates: Sequence[tuple[str, str]], shapes: Sequence[tuple[int, int
           times: dict[tuple[str, str, int, int], float], margin: float) -> list[tuple[str, str]]:
     """Drop, fewest wins first, each candidate whose removal slows no shape's best by more than
     ``margin`` and leaves every shape it was measured on with another measured candidate."""
-    kept = list(candidates)
-
-    def best(shape: tuple[int, int], pool: Sequence[tuple[str, str]]) -> float | None:
-        values = [times[(v, k, *shape)] for v, k in pool if (v, k, *shape) in times]
-        return min(values) if values else None
-
-    baseline = {shape: best(shape, kept) for shape in shapes}
-    wins = {c: sum(1 for s in shapes if times.get((*c, *s)) == baseline[s]) for c in kept}
-    for candidate in sorted(kept, key=lambda c: (wins[c], c)):
-        pool = [c for c in kept if c != candidate]
-        ok = True
-        for shape in shapes:
-            if (*candidate, *shape) not in times:
-                continue
-            without = best(shape, pool)
-            if without is None or without > baseline[shape] * (1 + margin):
-                ok = False
-                break
-        if ok:
-            kept = pool
-    return kept
+    return _prune(candidates, _times_by_shape(candidates, shapes, times), margin)
 
 
-def leave_one_out_regret(document: dict[str, Any]) -> dict[str, Any]:
-    """Per-shape regret of the table rebuilt without that shape; geomean, p95, max and misses."""
-    points = document["points"]
-    regrets: list[float] = []
-    misses = 0
-    for held_out in range(len(points)):
-        point = points[held_out]
-        measured = [t for t in point["times"] if t is not None]
-        if not measured or len(points) < 2:
+def _times_by_shape(candidates: Sequence[tuple[str, str]], shapes: Sequence[tuple[int, int]],
+                    times: dict[tuple[str, str, int, int], float]) -> dict[tuple[int, int], dict[tuple[str, str], float]]:
+    wanted = set(candidates)
+    rows: dict[tuple[int, int], dict[tuple[str, str], float]] = {shape: {} for shape in shapes}
+    for (variant, config_key, m, n), time in times.items():
+        row = rows.get((m, n))
+        if row is not None and (variant, config_key) in wanted:
+            row[(variant, config_key)] = time
+    return rows
+
+
+def _prune(candidates: Sequence[tuple[str, str]], rows: dict[tuple[int, int], dict[tuple[str, str], float]],
+           margin: float) -> list[tuple[str, str]]:
+    """``prune`` on times grouped by shape. A candidate goes when every shape where it is within
+    ``margin`` of the best keeps another candidate within ``margin`` (the same test, counted)."""
+    near: dict[tuple[str, str], list[tuple[int, int]]] = {c: [] for c in candidates}
+    wins = dict.fromkeys(candidates, 0)
+    count: dict[tuple[int, int], int] = {}
+    for shape, row in rows.items():
+        if not row:
             continue
-        reduced = dict(document, points=points[:held_out] + points[held_out + 1:])
-        pick = DispatchTable(reduced).lookup(point["m"], point["n"])
-        chosen = point["times"][pick.candidate] if pick is not None else None
+        best = min(row.values())
+        count[shape] = 0
+        for candidate, time in row.items():
+            wins[candidate] += time == best
+            if time <= best * (1 + margin):
+                near[candidate].append(shape)
+                count[shape] += 1
+    dropped = set()
+    for candidate in sorted(candidates, key=lambda c: (wins[c], c)):
+        if all(count[shape] >= 2 for shape in near[candidate]):
+            for shape in near[candidate]:
+                count[shape] -= 1
+            dropped.add(candidate)
+    return [c for c in candidates if c not in dropped]
+
+
+def leave_one_out_regret(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
+                         *, rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN) -> dict[str, Any]:
+    """Per-shape regret of the table refitted (pruned again) without that shape; geomean, p95, max,
+    misses (choices not measured at the shape, scored as its slowest) and quick_picks (see above)."""
+    candidates = sorted({(o.variant, o.config_key) for o in observations})
+    configs = {(o.variant, o.config_key): o.config for o in observations}
+    entries = {c: {"variant": c[0], "config_key": c[1], "config": configs[c], "constraints": constraints(c[0], configs[c])}
+               for c in candidates}
+    shapes = sorted({(o.m, o.n) for o in observations})
+    times = {(o.variant, o.config_key, o.m, o.n): o.median_us for o in observations}
+    quick = {(o.variant, o.config_key, o.m, o.n) for o in observations
+             if o.repetitions is not None and o.repetitions <= QUICK_REPS}
+    rows = _times_by_shape(candidates, shapes, times)
+    regrets: list[float] = []
+    misses = quick_picks = 0
+    for held_out in shapes if len(shapes) > 1 else ():
+        rest = [s for s in shapes if s != held_out]
+        kept = _prune(candidates, {s: rows[s] for s in rest}, prune_margin)
+        reduced = {"format_version": FORMAT_VERSION, "gpu": "-", "dtype": "-", "rule": rule,
+                   "candidates": [entries[c] for c in kept],
+                   "points": [{"m": m, "n": n, "times": [times.get((*c, m, n)) for c in kept]} for m, n in rest]}
+        pick = DispatchTable(reduced).lookup(*held_out)
+        measured = list(rows[held_out].values())
+        key = (*kept[pick.candidate], *held_out) if pick is not None else None
+        chosen = times.get(key) if key else None
         if chosen is None:  # chose a candidate not measured here: score it as the slowest measured
             misses += 1
             chosen = max(measured)
+        quick_picks += key in quick
         regrets.append(chosen / min(measured))
-    return summarize_regret(regrets, method="leave-one-out", misses=misses)
+    result = summarize_regret(regrets, method="leave-one-out", misses=misses)
+    result["quick_picks"] = quick_picks
+    return result
 
 
 def summarize_regret(regrets: Sequence[float], method: str, misses: int = 0) -> dict[str, Any]:
@@ -155,19 +196,28 @@ def summarize_regret(regrets: Sequence[float], method: str, misses: int = 0) -> 
 
 
 def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
-              rule: str = "interp-log", prune_margin: float = DEFAULT_PRUNE_MARGIN, environment_id: int | None = None,
+              rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN, environment_id: int | None = None,
               any_source: bool = False, include_peers: bool = False, save: bool = True) -> dict[str, Any]:
     """Fit, score and (if ``save``) store the table of one (GPU, dtype, method); returns the document."""
     from kernels import KernelConfig, get_variant
 
-    def current_hash(name: str) -> str | None:
-        try:
-            return get_variant(name).source_hash()
-        except KeyError:
-            return None
+    hashes: dict[str, str | None] = {}
+
+    def current_hash(name: str) -> str | None:  # once per variant: hashing reads its source files
+        if name not in hashes:
+            try:
+                hashes[name] = get_variant(name).source_hash()
+            except KeyError:
+                hashes[name] = None
+        return hashes[name]
+
+    constraints_seen: dict[tuple[str, str], dict[str, int]] = {}
 
     def constraints(name: str, config: dict[str, Any]) -> dict[str, int]:
-        return dict(get_variant(name).constraints(KernelConfig.from_dict(config), dtype))
+        key = (name, KernelConfig.from_dict(config).key)
+        if key not in constraints_seen:
+            constraints_seen[key] = dict(get_variant(name).constraints(KernelConfig.from_dict(config), dtype))
+        return constraints_seen[key]
 
     gpu = queries.gpu_by_key(session, gpu_key)
     if gpu is None:
@@ -193,7 +243,7 @@ def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "
                               timing_method=timing_method, rule=rule, copy_times=copies,
                               prune_margin=prune_margin, source_runs=runs,
                               environment={"id": environment_id})
-    document["regret"] = leave_one_out_regret(document)
+    document["regret"] = leave_one_out_regret(observations, constraints, rule=rule, prune_margin=prune_margin)
     document["excluded_failing"] = sorted(f"{v}[{k}]" for v, k in banned)
     if save:
         queries.save_table(session, gpu, dtype, timing_method, document, source_runs=runs,

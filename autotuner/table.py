@@ -3,7 +3,7 @@
 A table is versioned JSON, one per (GPU model, dtype, timing method)::
 
     {"format_version": 1, "gpu": "h100", "gpu_name": "...", "dtype": "bf16", "timing_method": "cold",
-     "rule": "interp-log",
+     "rule": "local-regret",
      "candidates": [{"variant": "cuda_block_online", "config": {"block": 256, ...},
                      "config_key": "block=256,...", "constraints": {"n_max": 8192}}, ...],
      "points": [{"m": 1, "n": 1024, "copy_us": 3.6, "times": [4.1, null, ...]}, ...],
@@ -17,11 +17,34 @@ failed). Lookup rules:
   admit the *exact* shape, the fastest there; if none there, the next nearest point.
   Example: table points at N=4096 and N=8192, query N=5000 → the N=4096 point (|log2 5000/4096| =
   0.29 < 0.71) but only candidates whose ``n_max`` ≥ 5000 and whose ``n_multiple_of`` divides 5000.
-- ``interp-log``: every candidate's time is predicted by bilinear interpolation of log time in
-  (log2 M, log2 N) between the bracketing measured grid lines (clamped outside the grid), using only
-  points of the same N alignment class (N % 8 == 0, or not) when that class's points surround N; the fastest
-  predicted admissible candidate wins. A candidate missing at a corner is predicted from the corners
-  it has; a candidate with none is not chosen. Exact measured points answer with their winner.
+- ``interp-log`` (tables fitted before ``local-regret``): every candidate's time is predicted by
+  bilinear interpolation of log time in (log2 M, log2 N) between the bracketing measured grid lines
+  (clamped outside the grid), using only points of the same N alignment class (N % 8 == 0, or not)
+  when that class's points surround N; the fastest predicted admissible candidate wins. A candidate
+  missing at a corner is predicted from the corners it has; a candidate with none is not chosen.
+  Exact measured points answer with their winner.
+- ``local-regret`` (``fit_table``'s default): exact measured points answer with their winner. Otherwise,
+  among points of the N alignment class as for ``interp-log``:
+
+  1. Neighbours and weights (:meth:`DispatchTable.neighbours`): the mean of two linear
+     interpolations in (log2 M, log2 N): along N on the two measured M lines bracketing M, and along
+     M on the two measured N lines bracketing N, each using only lines whose measured points surround
+     the query on the other axis (clamped to the outermost such line). Inside a fully measured cell
+     these are the four corners with bilinear weights; on a grid line they are the measured points on
+     either side along both axes (so a missing grid point is read from its 2-4 axis neighbours).
+  2. At each neighbour p, a candidate's regret r = its time / the fastest time there, capped at
+     ``REGRET_CAP`` (1.5: past that the sweep keeps only a noisy 5-repetition estimate, and all it
+     says is "much slower"). A candidate not measured at p (it cannot run there, or failed) has no
+     value at p; it is neither credited nor penalised there.
+  3. log r[p, c] ~ mu[p] + theta[c], fitted by weighted least squares over the neighbours (three
+     alternating passes), so candidates measured at different subsets of the neighbours are compared
+     on one scale. The admissible candidate with the smallest theta (predicted regret) wins; ties go
+     to the lower candidate index. ``predicted_us`` is its time interpolated in log space over the
+     neighbours where it was measured.
+
+  Example: on the default grid without the point (4096, 65536), its neighbours (4096, 32768),
+  (4096, 131072), (1024, 65536), (16384, 65536) each weigh 1/4; a kernel with ``n_max`` 65536 is
+  judged on the three where it can run, against candidates judged on all four.
 """
 from __future__ import annotations
 
@@ -31,7 +54,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 FORMAT_VERSION = 1
-RULES = ("nearest-log", "interp-log")
+RULES = ("nearest-log", "interp-log", "local-regret")
+DEFAULT_RULE = "local-regret"
+REGRET_CAP = 1.5  # local-regret: regrets past this at a neighbour count as this (see the module docstring)
+FIT_PASSES = 3  # local-regret: alternating least-squares passes (converged on the recorded sweeps)
 
 
 class TableFormatError(ValueError):
@@ -74,6 +100,15 @@ class DispatchTable:
         self._by_class: dict[int, list[dict[str, Any]]] = {}
         for point in self.points:
             self._by_class.setdefault(alignment_class(point["n"]), []).append(point)
+        self._layouts: dict[int, _Layout] = {}
+        self._log_regret: dict[tuple[int, int], tuple[float | None, ...]] = {}
+        if self.rule == "local-regret":
+            cap = math.log(REGRET_CAP)
+            for point in self.points:
+                measured = [t for t in point["times"] if t is not None and t > 0]
+                best = min(measured) if measured else None
+                self._log_regret[(point["m"], point["n"])] = tuple(
+                    min(math.log(t / best), cap) if t is not None and t > 0 and best else None for t in point["times"])
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -94,15 +129,74 @@ class DispatchTable:
                 return Pick(best, point["times"][best], True)
         if self.rule == "interp-log":
             return self._interpolated(m, n, allowed)
+        if self.rule == "local-regret" and point is None:
+            return self._local_regret(m, n, allowed)
         return self._nearest(m, n, allowed)
 
     def _points_for(self, n: int) -> list[dict[str, Any]]:
         """Points of n's alignment class when they surround n on the N axis; otherwise all points (a
         class measured at one N, say only 50257, says nothing about N = 2500)."""
-        same = self._by_class.get(alignment_class(n))
+        return self._class_points(n)[1]
+
+    def _class_points(self, n: int) -> tuple[int, list[dict[str, Any]]]:
+        """(alignment class, its points), or (-1, all points): see :meth:`_points_for`."""
+        cls = alignment_class(n)
+        same = self._by_class.get(cls)
         if same and min(p["n"] for p in same) <= n <= max(p["n"] for p in same):
-            return same
-        return self.points
+            return cls, same
+        return -1, self.points
+
+    def neighbours(self, m: int, n: int) -> list[tuple[tuple[int, int], float]]:
+        """local-regret's measured neighbours of (m, n) and their weights (summing to 1); [] if none."""
+        key, points = self._class_points(n)
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = _Layout(points)
+        weights: dict[tuple[int, int], float] = {}
+        for lines, keys, across, along, swap in ((layout.rows, layout.row_keys, m, n, False),
+                                                 (layout.cols, layout.col_keys, n, m, True)):
+            usable = [k for k in keys if lines[k][0] <= along <= lines[k][-1]]
+            if not usable:
+                continue
+            part: dict[tuple[int, int], float] = {}
+            for line, line_weight in _clamped_bracket(usable, across):
+                for value, weight in _clamped_bracket(lines[line], along):
+                    corner = (value, line) if swap else (line, value)
+                    part[corner] = part.get(corner, 0.0) + line_weight * weight
+            total = sum(part.values())
+            for corner, weight in part.items():
+                if weight > 0:
+                    weights[corner] = weights.get(corner, 0.0) + weight / total
+        total = sum(weights.values())
+        return [(corner, weight / total) for corner, weight in sorted(weights.items())] if total > 0 else []
+
+    def _local_regret(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
+        stencil = self.neighbours(m, n)
+        rows = [(self._log_regret[corner], weight) for corner, weight in stencil]
+        pool = [i for i in allowed if any(r[i] is not None for r, _ in rows)]
+        if not pool:
+            return self._nearest(m, n, allowed)
+        offset = [0.0] * len(rows)  # mu[p]
+        theta: dict[int, float] = {}
+        for _ in range(FIT_PASSES):
+            for i in pool:
+                total = weight_sum = 0.0
+                for p, (regrets, weight) in enumerate(rows):
+                    if regrets[i] is not None:
+                        total += weight * (regrets[i] - offset[p])
+                        weight_sum += weight
+                theta[i] = total / weight_sum
+            for p, (regrets, _) in enumerate(rows):
+                values = [regrets[i] - theta[i] for i in pool if regrets[i] is not None]
+                offset[p] = sum(values) / len(values) if values else 0.0
+        best = min(pool, key=lambda i: (theta[i], i))
+        log_time = weight_sum = 0.0
+        for corner, weight in stencil:
+            time = self._exact[corner]["times"][best]
+            if time is not None and time > 0:
+                log_time += weight * math.log(time)
+                weight_sum += weight
+        return Pick(best, math.exp(log_time / weight_sum), False)
 
     def _nearest(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
         lm, ln = _log2(m), _log2(n)
@@ -142,6 +236,30 @@ class DispatchTable:
 
 def _log2(value: int) -> float:
     return math.log2(max(int(value), 1))
+
+
+class _Layout:
+    """Measured points as lines: M -> sorted N measured on that row, N -> sorted M on that column."""
+
+    def __init__(self, points: Sequence[Mapping[str, Any]]):
+        self.rows: dict[int, list[int]] = {}
+        self.cols: dict[int, list[int]] = {}
+        for point in points:
+            self.rows.setdefault(point["m"], []).append(point["n"])
+            self.cols.setdefault(point["n"], []).append(point["m"])
+        for lines in (self.rows, self.cols):
+            for values in lines.values():
+                values.sort()
+        self.row_keys = sorted(self.rows)
+        self.col_keys = sorted(self.cols)
+
+
+def _clamped_bracket(values: Sequence[int], x: int) -> list[tuple[int, float]]:
+    """The values around x with linear weights in log2 space; the end value if x is outside."""
+    low, high, weight = _bracket(values, x)
+    if low == high or weight == 0.0:
+        return [(low, 1.0)]
+    return [(low, 1.0 - weight), (high, weight)]
 
 
 def _fastest(times: Sequence[float | None], allowed: Iterable[int]) -> int | None:

@@ -15,6 +15,8 @@ import numpy as np
 from kernels.base import SUPPORTED, Build, KernelConfig, Support, Variant
 from kernels.cuda import loader
 
+_SHAPE_MEMO = 256  # input shapes whose launch geometry a launcher remembers
+
 
 class CudaVariant(Variant):
     backend = "cuda"
@@ -71,12 +73,36 @@ class CudaVariant(Variant):
         return Build(self.name, config, dtype, self.make_launcher(function, config, dtype, threads), resources)
 
     def make_launcher(self, function: Any, config: KernelConfig, dtype: str, threads: int):
-        def launch(x: Any, out: Any) -> None:
-            m, n = x.shape
+        """``launch(x, out)`` for one compiled kernel. Grid and dynamic shared memory are worked out
+        once per input shape (a small memo); with the default ``kernel_args`` the pointers and sizes
+        go to the kernel as plain ints through a ``loader.KernelLauncher`` (no numpy scalars)."""
+        block = (threads, 1, 1)
+        shapes: dict[Any, tuple] = {}  # x.shape -> (grid, dynamic smem, m, n)
+        default_args = type(self).kernel_args is CudaVariant.kernel_args
+        kernel = loader.KernelLauncher(function, block, "PPqq")
+
+        def plan(shape: Any) -> tuple | None:
+            m, n = shape
             if m == 0:
-                return
-            smem = self.dynamic_smem(config, dtype, n)
-            loader.set_dynamic_smem(function, smem)
-            loader.launch(function, self.grid(config, m, n), (threads, 1, 1), self.kernel_args(config, x, out, m, n), smem)
+                return None
+            if len(shapes) >= _SHAPE_MEMO:
+                shapes.clear()
+            entry = shapes[shape] = (self.grid(config, m, n), self.dynamic_smem(config, dtype, n), m, n)
+            return entry
+
+        if default_args:
+            def launch(x: Any, out: Any) -> None:
+                shape = x.shape
+                entry = shapes.get(shape) or plan(shape)
+                if entry is not None:
+                    grid, smem, m, n = entry
+                    kernel(grid, smem, x.data_ptr(), out.data_ptr(), m, n)
+        else:
+            def launch(x: Any, out: Any) -> None:
+                shape = x.shape
+                entry = shapes.get(shape) or plan(shape)
+                if entry is not None:
+                    grid, smem, m, n = entry
+                    loader.launch(function, grid, block, self.kernel_args(config, x, out, m, n), smem)
 
         return launch

@@ -13,7 +13,8 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 from kernels.base import Resources, hash_text
 
@@ -146,24 +147,344 @@ def resources_of(function: Any, threads: int, dynamic_smem: int = 0, compile_sec
     )
 
 
+# --- launch --------------------------------------------------------------------------------------
+# A launch is host work on the critical path of small softmaxes (a few microseconds of GPU time), so
+# it goes straight to cuLaunchKernel through CuPy's driver binding (``cupy.cuda.driver.launchKernel``):
+# the arguments are packed by one precompiled ``struct`` into a per-thread parameter buffer, the
+# CUfunction is looked up once per device, and torch's current stream is read as a raw handle.
+# CuPy's ``RawKernel.__call__`` does the same launch but converts every argument object and asks
+# for the device's kernel on each call. ``AUTOTUNER_CUDA_DIRECT_LAUNCH=0`` launches through CuPy's
+# ``RawKernel.__call__`` instead (the fallback should the driver binding be missing).
+DIRECT_LAUNCH_ENV = "AUTOTUNER_CUDA_DIRECT_LAUNCH"
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # cuda.h
+_DEFAULT_SMEM_LIMIT = 48 * 1024
+
+# Kernel parameter kinds: one character each. Every parameter takes an 8-byte slot of the buffer
+# (the kernel reads sizeof(T) bytes from the slot's address, so 4-byte values are padded).
+_SLOTS = {
+    "P": "Q",  # pointer (unsigned 64-bit)
+    "Q": "Q", "q": "q",
+    "I": "I4x", "i": "i4x",
+    "H": "H6x", "h": "h6x", "B": "B7x", "b": "b7x",
+    "f": "f4x", "d": "d",
+}
+_NUMPY_KINDS: dict[type, str] = {}  # numpy scalar type -> kind, filled on first use
+
+
+def _numpy_kinds() -> dict[type, str]:
+    if not _NUMPY_KINDS:
+        import numpy as np
+
+        _NUMPY_KINDS.update({
+            np.uint64: "Q", np.int64: "q", np.uint32: "I", np.int32: "i", np.uint16: "H", np.int16: "h",
+            np.uint8: "B", np.int8: "b", np.float32: "f", np.float64: "d",
+        })
+    return _NUMPY_KINDS
+
+
+def _bind_api() -> None:
+    """Resolve the per-call helpers (torch's device and stream, CuPy's cuLaunchKernel) once."""
+    global _current_device, _raw_stream, _launch_kernel
+    import torch
+
+    get_device = getattr(torch._C, "_cuda_getDevice", None)
+    _current_device = get_device if get_device is not None else torch.cuda.current_device
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    _raw_stream = raw if raw is not None else (lambda index: torch.cuda.current_stream(index).cuda_stream)
+    try:
+        from cupy.cuda import driver
+
+        _launch_kernel = driver.launchKernel
+    except (ImportError, AttributeError):
+        _launch_kernel = None
+
+
+def _current_device_first(*args: Any) -> int:
+    _bind_api()
+    return _current_device(*args)
+
+
+def _raw_stream_first(index: int) -> int:
+    _bind_api()
+    return _raw_stream(index)
+
+
+# Rebound by _bind_api on first use, so that importing this module imports neither torch nor CuPy.
+_current_device: Any = _current_device_first
+_raw_stream: Any = _raw_stream_first
+_launch_kernel: Any = None
+
+
+def current_raw_stream(device: int | None = None) -> int:
+    """The raw handle (cudaStream_t as int) of torch's current stream on ``device`` (default: the
+    current device), read without building a torch Stream object."""
+    return _raw_stream(_current_device() if device is None else device)
+
+
 _streams: dict[int, Any] = {}
 
 
 def current_stream() -> Any:
-    """CuPy's view of torch's current stream, cached by raw handle. The raw handle is read without
-    building a torch Stream object (that costs microseconds per launch)."""
-    import cupy
-    import torch
-
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    handle = raw(torch.cuda.current_device()) if raw else torch.cuda.current_stream().cuda_stream
+    """CuPy's view of torch's current stream (an ``ExternalStream``), cached by raw handle."""
+    handle = current_raw_stream()
     stream = _streams.get(handle)
     if stream is None:
+        import cupy
+
         stream = _streams[handle] = cupy.cuda.ExternalStream(handle)
     return stream
 
 
+def _direct_launch_enabled() -> bool:
+    import os
+
+    return os.environ.get(DIRECT_LAUNCH_ENV, "1") != "0"
+
+
+def _ensure_context() -> None:
+    """Make the current device's primary context current on this thread. cuLaunchKernel launches in
+    the thread's current context, and a thread that has made no CUDA runtime call that sets one
+    (torch allocating from its cache does not) has none; cudaSetDevice sets it."""
+    try:
+        from cupy.cuda import runtime
+    except ImportError:
+        return
+    runtime.setDevice(_current_device())
+
+
+class _ParamBuffer:
+    """One thread's argument storage for one kernel: ``n`` 8-byte value slots, then ``n`` pointers
+    to them (the ``void **kernelParams`` of cuLaunchKernel)."""
+
+    __slots__ = ("storage", "values", "params")
+
+    def __init__(self, n: int) -> None:
+        import ctypes
+
+        self.storage = (ctypes.c_uint64 * (2 * n))()
+        base = ctypes.addressof(self.storage)
+        for i in range(n):
+            self.storage[n + i] = base + 8 * i
+        self.values = memoryview(self.storage).cast("B")[: 8 * n]
+        self.params = base + 8 * n if n else 0
+
+
+class KernelLauncher:
+    """A CuPy kernel bound to its block shape and parameter kinds, launched on torch's current stream.
+
+    ``kinds`` has one character per kernel parameter: ``P`` pointer (pass an int address), ``q``/``Q``
+    64-bit, ``i``/``I`` 32-bit, ``h``/``H``/``b``/``B`` 16/8-bit integers, ``f``/``d`` float/double.
+    Call as ``launcher(grid, shared_mem, *args)`` with plain Python ints (or numpy scalars).
+
+    Per call: the current device, its CUfunction (looked up once per device: CuPy loads a module per
+    device), the raw current stream, one ``struct.pack_into`` and one cuLaunchKernel. Dynamic shared
+    memory above 48 KB is opted into once per device and size. Thread-safe: each thread packs into its
+    own buffer (cuLaunchKernel copies the parameters before it returns)."""
+
+    def __init__(self, function: Any, block: Sequence[int], kinds: str) -> None:
+        import struct
+        import threading
+
+        unknown = set(kinds) - set(_SLOTS)
+        if unknown:
+            raise ValueError(f"unknown parameter kinds {sorted(unknown)} in {kinds!r}")
+        self.function = function
+        self.block = tuple((*block, 1, 1)[:3])
+        self.kinds = kinds
+        self._pack = struct.Struct("<" + "".join(_SLOTS[k] for k in kinds)).pack_into
+        self._local = threading.local()
+        self._handles: dict[int, int] = {}  # device index -> CUfunction
+        self._smem: dict[int, int] = {}  # device index -> dynamic shared memory opted into
+        self.direct = _direct_launch_enabled()
+
+    def handle(self, device: int) -> int:
+        """The CUfunction for ``device`` (the current device: CuPy loads the module there)."""
+        handle = self._handles.get(device)
+        if handle is None:
+            handle = self._handles[device] = function_handle(self.function)
+        return handle
+
+    def _raise_smem(self, device: int, shared_mem: int) -> None:
+        from cupy.cuda import driver
+
+        handle = self.handle(device)
+        if driver.funcGetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, handle) < shared_mem:
+            driver.funcSetAttribute(handle, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem)
+        self._smem[device] = shared_mem
+
+    def buffer(self) -> _ParamBuffer:
+        """This thread's parameter buffer (made on the thread's first launch of this kernel, which
+        also makes sure the thread has a current CUDA context: see ``_ensure_context``)."""
+        try:
+            return self._local.buffer
+        except AttributeError:
+            _ensure_context()
+            buffer = self._local.buffer = _ParamBuffer(len(self.kinds))
+            return buffer
+
+    def __call__(self, grid: Sequence[int], shared_mem: int, *args: Any) -> None:
+        device = _current_device()
+        handle = self._handles.get(device)
+        if handle is None:  # first launch on this device, or the direct launch is off
+            if not self.direct or _launch_kernel is None:
+                self._call_cupy(grid, shared_mem, args)
+                return
+            handle = self.handle(device)
+        if shared_mem > _DEFAULT_SMEM_LIMIT and self._smem.get(device, 0) < shared_mem:
+            self._raise_smem(device, shared_mem)
+        try:
+            buffer = self._local.buffer
+        except AttributeError:
+            buffer = self.buffer()
+        self._pack(buffer.values, 0, *args)
+        gx, gy, gz = grid if len(grid) == 3 else (*grid, 1, 1)[:3]
+        bx, by, bz = self.block
+        stream = _raw_stream(device)
+        _launch_kernel(handle, gx, gy, gz, bx, by, bz, shared_mem, stream, buffer.params, 0)
+        if _taps:
+            _tap(CudaLaunch(self, device, handle, (gx, gy, gz), shared_mem, stream, args))
+
+    def _call_cupy(self, grid: Sequence[int], shared_mem: int, args: Sequence[Any]) -> None:
+        """The launch through CuPy's ``RawKernel.__call__`` (numpy scalars give the exact types)."""
+        import numpy as np
+
+        types = {"P": np.uint64, "Q": np.uint64, "q": np.int64, "I": np.uint32, "i": np.int32,
+                 "H": np.uint16, "h": np.int16, "B": np.uint8, "b": np.int8, "f": np.float32, "d": np.float64}
+        typed = tuple(types[k](a) for k, a in zip(self.kinds, args))
+        if shared_mem > _DEFAULT_SMEM_LIMIT:
+            set_dynamic_smem(self.function, shared_mem)
+        grid = tuple((*grid, 1, 1)[:3])
+        self.function(grid, self.block, typed, shared_mem=shared_mem, stream=current_stream())
+        if _taps:
+            _tap(None)
+
+
+_generic: dict[tuple[Any, tuple[int, ...], str], KernelLauncher] = {}
+
+
 def launch(function: Any, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, dynamic_smem: int = 0) -> None:
     """Enqueue ``function`` on torch's current stream. Pointers go as ``numpy.uint64``, sizes as
-    ``numpy.int32`` / ``numpy.int64`` so CuPy passes them with the kernel's exact parameter types."""
-    function(grid, block, args, shared_mem=dynamic_smem, stream=current_stream())
+    ``numpy.int32`` / ``numpy.int64`` (the kernel's exact parameter types). Launched through a
+    ``KernelLauncher`` kept per (function, block, parameter types); arguments of other types go
+    through CuPy's own ``RawKernel.__call__``."""
+    kinds_of = _NUMPY_KINDS or _numpy_kinds()
+    try:
+        kinds = "".join([kinds_of[type(a)] for a in args])
+    except KeyError:
+        function(tuple((*grid, 1, 1)[:3]), tuple((*block, 1, 1)[:3]), args, shared_mem=dynamic_smem,
+                 stream=current_stream())
+        if _taps:
+            _tap(None)
+        return
+    key = (function, tuple(block), kinds)
+    launcher = _generic.get(key)
+    if launcher is None:
+        launcher = _generic[key] = KernelLauncher(function, block, kinds)
+    launcher(grid, dynamic_smem, *args)
+
+
+# --- recording and replay -------------------------------------------------------------------------
+# ``recording(calls)`` makes every launch of the calling thread append a ``CudaLaunch`` (or None for
+# a launch that went through CuPy's ``RawKernel.__call__``) to ``calls``. The runtime records a
+# build's launches once per (device, shape, dtype) and replays them bound to new pointers
+# (``CudaLaunch.bind``); ``scripts/bench_runtime.py`` replays them as recorded for its raw-launch
+# baseline (``CudaLaunch.replay``). Outside a recording a launch pays one dict truth test.
+_taps: dict[int, list] = {}  # thread ident -> the list recording that thread's launches
+
+
+def _tap(record: Any) -> None:
+    import threading
+
+    calls = _taps.get(threading.get_ident())
+    if calls is not None:
+        calls.append(record)
+
+
+@contextmanager
+def recording(calls: list) -> Iterator[list]:
+    """Record this thread's launches into ``calls`` while active (see above)."""
+    import threading
+
+    ident = threading.get_ident()
+    previous = _taps.get(ident)
+    _taps[ident] = calls
+    try:
+        yield calls
+    finally:
+        if previous is None:
+            del _taps[ident]
+        else:
+            _taps[ident] = previous
+
+
+class CudaLaunch:
+    """One cuLaunchKernel call as a ``KernelLauncher`` issued it: the launcher, the device and its
+    CUfunction, grid, dynamic shared memory, stream and the arguments (plain values by kind)."""
+
+    def __init__(self, launcher: KernelLauncher, device: int, handle: int, grid: tuple, shared_mem: int,
+                 stream: int, args: tuple) -> None:
+        self.launcher, self.device, self.handle = launcher, device, handle
+        self.grid, self.shared_mem, self.stream = grid, shared_mem, stream
+        self.args = tuple(int(a) if k in "PQqIiHhBb" else float(a) for k, a in zip(launcher.kinds, args))
+        self._prepacked: _ParamBuffer | None = None
+
+    def pointers(self) -> list[int]:
+        """The pointer arguments, in order."""
+        return [a for k, a in zip(self.launcher.kinds, self.args) if k == "P"]
+
+    def same_launch(self, other: Any) -> bool:
+        return isinstance(other, CudaLaunch) and (
+            self.launcher, self.device, self.handle, self.grid, self.shared_mem, self.args) == (
+            other.launcher, other.device, other.handle, other.grid, other.shared_mem, other.args)
+
+    def replay(self) -> None:
+        """Issue the recorded driver call again, as is: arguments packed once, the recorded stream.
+        The cheapest launch of this kernel there is (the benchmark's raw-launch floor)."""
+        if self._prepacked is None:
+            self._prepacked = _ParamBuffer(len(self.args))
+            self.launcher._pack(self._prepacked.values, 0, *self.args)
+        bx, by, bz = self.launcher.block
+        _launch_kernel(self.handle, *self.grid, bx, by, bz, self.shared_mem, self.stream, self._prepacked.params, 0)
+
+    def bind_code(self, x_ptr: int, out_ptr: int, tag: str) -> tuple[None, list[str], dict[str, Any]] | None:
+        """This launch as code for a generated replay: (guard, statements, names); no guard. The
+        statements pack the arguments, ``xp`` for pointer ``x_ptr`` and ``op`` for ``out_ptr``, into
+        the calling thread's buffer and launch on ``stream``. Names carry ``tag`` so several launches
+        share one function. None where the launch uses any other pointer (a workspace: its address
+        may change, so replaying it is not safe)."""
+        args, names = [], {}
+        for index, (kind, value) in enumerate(zip(self.launcher.kinds, self.args)):
+            if kind == "P" and value == x_ptr:
+                args.append("xp")
+            elif kind == "P" and value == out_ptr:
+                args.append("op")
+            elif kind == "P":
+                return None
+            else:
+                args.append(f"c{index}{tag}")
+                names[f"c{index}{tag}"] = value
+        bx, by, bz = self.launcher.block
+        gx, gy, gz = self.grid
+        names.update({f"local{tag}": self.launcher._local, f"launcher{tag}": self.launcher,
+                      f"pack{tag}": self.launcher._pack, f"launch_kernel{tag}": _launch_kernel})
+        statements = [
+            "try:",
+            f"    buffer{tag} = local{tag}.buffer",
+            "except AttributeError:",
+            f"    buffer{tag} = launcher{tag}.buffer()",
+            f"pack{tag}(buffer{tag}.values, 0, {', '.join(args)})",
+            f"launch_kernel{tag}({self.handle}, {gx}, {gy}, {gz}, {bx}, {by}, {bz}, {self.shared_mem}, stream, "
+            f"buffer{tag}.params, 0)",
+        ]
+        return None, statements, names
+
+    def bind(self, x_ptr: int, out_ptr: int) -> Any:
+        """``fn(xp, op, stream)``: this launch with new pointers on ``stream``; None as for
+        ``bind_code``."""
+        code = self.bind_code(x_ptr, out_ptr, "")
+        if code is None:
+            return None
+        _, statements, names = code
+        source = "\n".join(["def bound(xp, op, stream):", *(f"    {line}" for line in statements)])
+        exec(compile(source, f"<cuda replay {self.handle:#x}>", "exec"), names)  # noqa: S102
+        return names["bound"]

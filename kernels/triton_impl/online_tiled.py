@@ -6,11 +6,13 @@ lanes. Pass 2 reads the row again, right to left so that the tiles pass 1 read l
 and writes exp(x - max) / sum. DRAM traffic is one write and one or two reads, depending on whether
 the rows in flight fit in L2.
 
-``per_sm`` bounds the rows in flight: 0 launches one program per row (occupancy decides how many run
-at once); k > 0 launches k programs per SM that loop over rows, so that only k * SMs rows are in
-flight and their second read comes from L2 (50 MB on an H100 holds 128 rows of 64K fp32 values, not
-the 1000 or so a full-occupancy grid would have in flight). Those few programs need deep prefetch to
-keep enough bytes in flight, hence their num_stages > 1.
+``per_sm`` (``TiledRowVariant``) bounds the rows in flight: 0 launches one program per row
+(occupancy decides how many run at once); k > 0 launches k programs per SM that loop over rows, so
+that only k * SMs rows are in flight and their second read comes from L2. Only two per_sm = 0
+configs are declared, the only ones of this variant that came within 5 % of the best of our kernels
+anywhere on the recorded H200 sweep (fp32); the 1024 tile also serves every N. The others (the
+4-warp 2048 tile, the 4096 and 8192 tiles, and the persistent ones with k = 1, 2 and num_stages
+2-3) never did and were dropped (docs/SWEEP.md, "Pruned configs").
 """
 from __future__ import annotations
 
@@ -38,14 +40,5 @@ class TritonOnlineTwoPass(TiledRowVariant):
     # (block, num_warps, num_stages, per_sm); values per thread per tile = block / (32 * num_warps)
     table = (
         (1024, 4, 1, 0),
-        (2048, 4, 1, 0),
         (2048, 8, 1, 0),
-        (4096, 8, 1, 0),
-        (4096, 16, 1, 0),
-        (8192, 16, 1, 0),
-        (4096, 8, 3, 2),
-        (4096, 16, 3, 1),
-        (8192, 16, 2, 1),
-        (8192, 16, 3, 1),
-        (8192, 32, 3, 1),
     )

@@ -65,6 +65,19 @@ def test_tables_choose_runnable_kernels_for_shapes_never_measured(fitted, record
             assert variant.supports(m, n, dtype, KernelConfig.from_dict(choice.config)), (choice, m, n)
 
 
+def test_local_regret_beats_interpolated_times_out_of_sample(recorded):
+    """Leave-one-out regret of both rules on the recording as recorded (``any_source``: the kernels'
+    sources may have moved on since); docs/BENCHMARKS.md has the figures (local-regret geomean
+    1.04-1.05, p95 1.09-1.12; interp-log 1.08-1.10 and 1.36-1.40)."""
+    engine, gpu, dtypes = recorded
+    with Session(engine) as session:
+        for dtype in dtypes:
+            new = fit_table(session, gpu, dtype, any_source=True, save=False)["regret"]
+            old = fit_table(session, gpu, dtype, rule="interp-log", any_source=True, save=False)["regret"]
+            assert new["geomean"] < old["geomean"] and new["p95"] < old["p95"], (dtype, new, old)
+            assert new["geomean"] <= 1.06 and new["p95"] <= 1.13, (dtype, new)
+
+
 def test_measured_shapes_answer_with_their_measured_winner(fitted):
     for document in fitted.values():
         table = DispatchTable(document)
@@ -131,4 +144,4 @@ def test_held_out_shapes_recorded_on_the_gpu_score_the_fitted_tables(recorded, f
         with Session(engine) as session:
             scores = held_out_scores(session, DispatchTable(document))
         assert scores["shapes"] == 12 and scores["misses"] == 0, dtype
-        assert scores["geomean"] < 1.10 and scores["max"] < 1.5, (dtype, scores["geomean"], scores["max"])
+        assert scores["geomean"] < 1.06 and scores["max"] < 1.3, (dtype, scores["geomean"], scores["max"])

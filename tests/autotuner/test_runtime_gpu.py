@@ -54,3 +54,104 @@ def test_softmax_captured_in_a_cuda_graph_replays_on_new_input():
     torch.cuda.synchronize()
     result = check_softmax(y, x, "fp16")
     assert result.ok, result.message
+
+
+@pytest.mark.parametrize("m, n, dtype", [(1, 1024, "bf16"), (4, 4096, "fp32"), (33, 4096, "fp16"), (1, 262144, "fp32")])
+def test_plans_replay_their_launches_correctly_on_any_stream(m, n, dtype):
+    """The fast path's replay (recorded launches, new pointers and stream per call) gives the same
+    answers as the build's own launch, call after call, on the default and a side stream; a shape
+    whose launches use a workspace (split-row) is simply not replayed."""
+    import torch
+
+    from autotuner import runtime, softmax
+
+    x = random_input(m, n, dtype)
+    softmax(x)
+    plan = runtime._plans[(x.get_device(), (m, n), x.dtype)]
+    outputs = [softmax(x) for _ in range(3)]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        outputs += [softmax(x) for _ in range(3)]
+    torch.cuda.current_stream().wait_stream(stream)
+    for y in outputs:
+        result = check_softmax(y, x, dtype)
+        assert result.ok, f"replays={plan.replays}: {result.message}"
+
+
+def test_misaligned_input_goes_through_the_builds_own_launch():
+    import torch
+
+    from autotuner import softmax
+
+    base = random_input(1, 4 * 4096 + 1, "fp32")
+    x = base[0, 1:].view(4, 4096)
+    assert x.data_ptr() % 16
+    softmax(x.contiguous())  # the plan, made from aligned rows
+    assert torch.allclose(softmax(x), torch.softmax(x.double(), -1).float(), atol=1e-6)
+
+
+def test_softmax_from_fresh_threads():
+    """A new thread has no CUDA context of its own until something sets one; launches from it work."""
+    import threading
+
+    import torch
+
+    from autotuner import softmax
+
+    inputs = [random_input(1, 1024, "bf16"), random_input(4, 4096, "fp32")] * 3
+    for x in inputs:
+        softmax(x)
+    outputs = [None] * len(inputs)
+
+    def work(i):
+        outputs[i] = softmax(inputs[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    torch.cuda.synchronize()
+    for x, y in zip(inputs, outputs):
+        dtype = "bf16" if x.dtype == torch.bfloat16 else "fp32"
+        assert check_softmax(y, x, dtype).ok
+
+
+def test_triton_launch_hooks_are_called_on_the_fast_path():
+    import torch
+    from triton import knobs
+
+    from autotuner import select_kernel, softmax
+
+    if not select_kernel(1, 1024, "bf16").variant.startswith("triton"):
+        pytest.skip("the dispatch picks no Triton kernel for bf16 1x1024 here")
+    x = random_input(1, 1024, "bf16")
+    softmax(x)
+    seen = []
+
+    def hook(metadata):
+        seen.append(metadata)
+
+    chain = knobs.runtime.launch_enter_hook
+    chain.add(hook)
+    try:
+        y = softmax(x)
+    finally:
+        chain.remove(hook)
+    torch.cuda.synchronize()
+    assert seen and check_softmax(y, x, "bf16").ok
+
+
+def test_softmax_of_a_tensor_on_another_device():
+    import torch
+
+    from autotuner import softmax
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU")
+    x = random_input(4, 4096, "fp32", device="cuda:1")
+    with torch.cuda.device(0):
+        ys = [softmax(x), softmax(x)]
+    for y in ys:
+        assert y.device == x.device and check_softmax(y, x, "fp32").ok

@@ -71,3 +71,81 @@ def test_an_alignment_class_measured_at_one_n_does_not_speak_for_other_n():
                                      {"m": 4096, "n": 50257, "times": [None, None, 500.0]}]
     table = DispatchTable(document("interp-log", points))
     assert table.lookup(1, 1001).candidate == 0  # odd N far from 50257: the N=1024 points decide
+
+
+# local-regret: the rule `fit` writes (see autotuner/table.py)
+
+def grid_document(times_by_point, candidates=None):
+    """A local-regret table over the given {(m, n): [times]} points."""
+    candidates = candidates or [{"variant": "a", "config": {}, "constraints": {}},
+                                {"variant": "b", "config": {}, "constraints": {}}]
+    return {"format_version": 1, "gpu": "h100", "dtype": "bf16", "timing_method": "cold", "rule": "local-regret",
+            "candidates": candidates,
+            "points": [{"m": m, "n": n, "times": times} for (m, n), times in sorted(times_by_point.items())]}
+
+
+def test_local_regret_neighbours_are_the_bilinear_corners_inside_a_cell():
+    points = {(m, n): [1.0, 1.0] for m in (1, 16) for n in (1024, 4096)}
+    table = DispatchTable(grid_document(points))
+    weights = dict(table.neighbours(4, 2048))  # log2: M a half of the way, N a half of the way
+    assert weights == pytest.approx({(1, 1024): 0.25, (1, 4096): 0.25, (16, 1024): 0.25, (16, 4096): 0.25})
+    weights = dict(table.neighbours(2, 2048))  # M a quarter of the way up
+    assert weights == pytest.approx({(1, 1024): 0.375, (1, 4096): 0.375, (16, 1024): 0.125, (16, 4096): 0.125})
+
+
+def test_local_regret_reads_a_missing_grid_point_from_its_axis_neighbours():
+    points = {(m, n): [1.0, 1.0] for m in (1, 4, 16) for n in (1024, 2048, 4096)}
+    del points[(4, 2048)]
+    table = DispatchTable(grid_document(points))
+    assert dict(table.neighbours(4, 2048)) == pytest.approx(
+        {(4, 1024): 0.25, (4, 4096): 0.25, (1, 2048): 0.25, (16, 2048): 0.25})
+    # at the edge of the grid only the axis that surrounds the point speaks
+    del points[(16, 2048)]
+    table = DispatchTable(grid_document(points))
+    assert dict(table.neighbours(16, 2048)) == pytest.approx({(16, 1024): 0.5, (16, 4096): 0.5})
+
+
+def test_local_regret_compares_regrets_not_times():
+    """'b' (n_max 2048) is 10 % slower than 'a' wherever it can run, which is only at N = 1024 where
+    times are small. interp-log compares interpolated times and takes 'b' (1.1 µs against 'a''s
+    31.6 µs, read half from N = 4096); local-regret compares regrets at the same neighbours: 'a'."""
+    points = {(1, 1024): [1.0, 1.1], (1, 4096): [1000.0, None], (16, 1024): [1.0, 1.1], (16, 4096): [1000.0, None]}
+    candidates = [{"variant": "a", "config": {}, "constraints": {}},
+                  {"variant": "b", "config": {}, "constraints": {"n_max": 2048}}]
+    table = DispatchTable(grid_document(points, candidates))
+    pick = table.lookup(4, 2048)
+    assert pick.candidate == 0 and not pick.exact
+    assert pick.predicted_us == pytest.approx((1.0 * 1000.0) ** 0.5)  # its time, interpolated in log space
+    interp = DispatchTable({**grid_document(points, candidates), "rule": "interp-log"})
+    assert interp.lookup(4, 2048).candidate == 1
+
+
+def test_local_regret_judges_a_candidate_only_where_it_can_run():
+    """A tile-sized kernel ('small', n_max 2048) that wins wherever it runs is chosen inside its
+    range, even though half of the neighbours cannot run it."""
+    points = {(1, 1024): [1.0, 1.05], (1, 4096): [None, 1.0], (16, 1024): [1.0, 1.08], (16, 4096): [None, 1.0]}
+    candidates = [{"variant": "small", "config": {}, "constraints": {"n_max": 2048}},
+                  {"variant": "any", "config": {}, "constraints": {}}]
+    table = DispatchTable(grid_document(points, candidates))
+    assert table.lookup(4, 2000).candidate == 0
+    assert table.lookup(4, 3000).candidate == 1  # out of its range: never chosen
+
+
+def test_local_regret_caps_what_one_noisy_estimate_can_weigh(monkeypatch):
+    """Past REGRET_CAP a neighbour's regret counts as REGRET_CAP: one wild quick estimate (30x) does
+    not outweigh three neighbours where the candidate is clearly best; uncapped, it would."""
+    from autotuner import table as table_module
+
+    points = {(1, 1024): [1.0, 1.2], (1, 4096): [30.0, 1.0], (16, 1024): [1.0, 1.2], (16, 4096): [1.0, 1.2]}
+    assert DispatchTable(grid_document(points)).lookup(4, 2048).candidate == 0
+    monkeypatch.setattr(table_module, "REGRET_CAP", 1000.0)
+    assert DispatchTable(grid_document(points)).lookup(4, 2048).candidate == 1
+
+
+def test_local_regret_answers_measured_shapes_with_their_winner_and_beyond_the_grid():
+    points = {(m, n): [1.0 + (m == 16), 1.5] for m in (1, 16) for n in (1024, 4096)}
+    table = DispatchTable(grid_document(points))
+    pick = table.lookup(16, 4096)
+    assert pick.exact and pick.candidate == 1 and pick.predicted_us == 1.5
+    assert table.lookup(1 << 20, 1 << 20).candidate == 1  # clamped to the corner (16, 4096)
+    assert table.lookup(0, 100).candidate == 0  # M = 0, N below the grid: the corner (1, 1024)

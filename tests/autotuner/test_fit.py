@@ -1,0 +1,84 @@
+"""Fitting on hand-made observations: pruning, and leave-one-out regret that never sees the left-out shape."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from autotuner.fit import Observation, build_document, leave_one_out_regret, prune
+from autotuner.measure import QUICK_REPS
+
+
+def observations(table: dict[tuple[int, int], dict[str, float]], quick: set[tuple[str, int, int]] = frozenset()) -> list[Observation]:
+    return [Observation(name, "", {}, m, n, time, QUICK_REPS if (name, m, n) in quick else 20)
+            for (m, n), row in sorted(table.items()) for name, time in sorted(row.items())]
+
+
+def no_constraints(name, config):
+    return {}
+
+
+def naive_prune(candidates, shapes, times, margin):
+    """The definition, spelled out: try each candidate, fewest wins first, against every shape."""
+    kept = list(candidates)
+
+    def best(shape, pool):
+        values = [times[(*c, *shape)] for c in pool if (*c, *shape) in times]
+        return min(values) if values else None
+
+    baseline = {shape: best(shape, kept) for shape in shapes}
+    wins = {c: sum(1 for s in shapes if times.get((*c, *s)) == baseline[s]) for c in kept}
+    for candidate in sorted(kept, key=lambda c: (wins[c], c)):
+        pool = [c for c in kept if c != candidate]
+        if all(best(s, pool) is not None and best(s, pool) <= baseline[s] * (1 + margin)
+               for s in shapes if (*candidate, *s) in times):
+            kept = pool
+    return kept
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_prune_matches_its_definition(seed):
+    rng = random.Random(seed)
+    candidates = [(f"v{i % 4}", f"c={i}") for i in range(rng.randint(1, 14))]
+    shapes = [(m, n) for m in (1, 4, 32) for n in (1024, 4096, 16384)][:rng.randint(1, 9)]
+    times = {(*c, *s): round(rng.uniform(1.0, 1.4), 2) for c in candidates for s in shapes if rng.random() < 0.7}
+    margin = rng.choice([0.0, 0.03, 0.1])
+    assert prune(candidates, shapes, times, margin) == naive_prune(candidates, shapes, times, margin)
+
+
+# P is best at A and B; X is 2 % behind there and 20 % ahead of P at S. With every shape, pruning
+# keeps X (S needs it) and drops P (X is within 3 % of it everywhere).
+LEAK = {(1, 1024): {"P": 1.0, "X": 1.02}, (1, 2048): {"P": 1.2, "X": 1.0}, (1, 4096): {"P": 1.0, "X": 1.02}}
+
+
+def test_the_fitted_table_keeps_what_the_full_data_needs():
+    document = build_document(observations(LEAK), no_constraints, gpu="h100", gpu_name="H100", dtype="bf16",
+                              timing_method="cold")
+    assert [c["variant"] for c in document["candidates"]] == ["X"]
+    assert document["rule"] == "local-regret"
+
+
+def test_leave_one_out_refits_the_pruning_without_the_left_out_shape():
+    """Left out, S no longer keeps X in the table, so S is answered by P (regret 1.2); pruning once
+    with S in view and only then removing S's point would have answered X (regret 1.0)."""
+    regret = leave_one_out_regret(observations(LEAK), no_constraints)
+    assert regret["shapes"] == 3 and regret["misses"] == 0
+    assert regret["max"] == pytest.approx(1.2)
+
+
+def test_regret_is_against_the_best_of_every_candidate_before_pruning():
+    """The denominator is the fastest dispatchable candidate at the shape, even one the table pruned."""
+    table = {(1, 1024): {"P": 1.0, "Q": 1.01}, (1, 2048): {"P": 1.0, "Q": 0.99}, (1, 4096): {"P": 1.0, "Q": 1.01}}
+    regret = leave_one_out_regret(observations(table), no_constraints)
+    assert regret["max"] == pytest.approx(1.0 / 0.99, rel=1e-3)  # P answers (1, 2048); Q was 1 % faster
+
+
+def test_choices_that_had_only_a_quick_estimate_are_counted():
+    table = {(1, 1024): {"P": 1.0, "X": 1.1}, (1, 2048): {"P": 9.0, "X": 1.0}, (1, 4096): {"P": 1.0, "X": 1.1}}
+    regret = leave_one_out_regret(observations(table, quick={("P", 1, 2048)}), no_constraints)
+    assert regret["quick_picks"] == 1 and regret["max"] == pytest.approx(9.0)
+
+
+def test_one_shape_has_no_cross_validated_regret():
+    regret = leave_one_out_regret(observations({(1, 1024): {"P": 1.0}}), no_constraints)
+    assert regret["shapes"] == 0 and regret["geomean"] is None

@@ -1,0 +1,215 @@
+"""The CUDA launch path without a GPU: ``loader.KernelLauncher`` packs the arguments into the buffer
+cuLaunchKernel reads (checked through a stand-in for CuPy's ``driver.launchKernel`` that reads the
+parameters back from memory), per device and per thread; ``loader.launch`` maps numpy scalar types
+to parameter kinds; ``CudaVariant.make_launcher`` remembers the geometry per shape."""
+from __future__ import annotations
+
+import ctypes
+import struct
+import sys
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from kernels.base import KernelConfig
+from kernels.cuda import loader
+from kernels.cuda.common import CudaVariant
+
+
+class FakeDriver:
+    """Records cuLaunchKernel calls, decoding each parameter from the ``void **`` array: the value
+    at the slot's address, read with the width the kernel would read."""
+
+    def __init__(self, widths):
+        self.widths = widths  # bytes per parameter, e.g. (8, 8, 8, 4)
+        self.calls = []
+        self.attributes = {}
+
+    def launchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):  # noqa: N802
+        slots = (ctypes.c_uint64 * len(self.widths)).from_address(params) if params else []
+        raw = [ctypes.string_at(slots[i], width) for i, width in enumerate(self.widths)]
+        self.calls.append(((f, gx, gy, gz, bx, by, bz, smem, stream, extra), raw))
+
+    def funcGetAttribute(self, attribute, f):  # noqa: N802
+        return self.attributes.get((f, attribute), 48 * 1024)
+
+    def funcSetAttribute(self, f, attribute, value):  # noqa: N802
+        self.attributes[(f, attribute)] = value
+
+
+class FakeKernel:
+    """A CuPy RawKernel: ``.kernel`` is the current device's Function (its ``.ptr`` the CUfunction)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.cupy_calls = []
+
+    @property
+    def kernel(self):
+        return types.SimpleNamespace(ptr=0xC0DE + self.device[0])
+
+    def __call__(self, grid, block, args, shared_mem=0, stream=None):
+        self.cupy_calls.append((grid, block, args, shared_mem, stream))
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    device = [0]
+    driver = FakeDriver((8, 8, 8, 8))
+    monkeypatch.setattr(loader, "_current_device", lambda: device[0])
+    monkeypatch.setattr(loader, "_raw_stream", lambda index: 0x5000 + index)
+    monkeypatch.setattr(loader, "_launch_kernel", driver.launchKernel)
+    fake_cupy = types.ModuleType("cupy")
+    fake_cupy.cuda = types.SimpleNamespace(driver=driver, ExternalStream=lambda handle: ("stream", handle))
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", fake_cupy.cuda)
+    monkeypatch.setattr(loader, "_streams", {})
+    monkeypatch.setattr(loader, "_generic", {})
+    return types.SimpleNamespace(device=device, driver=driver, kernel=FakeKernel(device))
+
+
+def test_kernel_launcher_packs_pointers_and_sizes_for_culaunchkernel(fake_gpu):
+    launcher = loader.KernelLauncher(fake_gpu.kernel, (256,), "PPqq")
+    launcher((7,), 0, 0x7F00_0000_0010, 0x7F00_0000_2000, 3, 2**40 + 5)
+    (call, raw), = fake_gpu.driver.calls
+    assert call == (0xC0DE, 7, 1, 1, 256, 1, 1, 0, 0x5000, 0)
+    assert raw == [struct.pack("<Q", 0x7F00_0000_0010), struct.pack("<Q", 0x7F00_0000_2000),
+                   struct.pack("<q", 3), struct.pack("<q", 2**40 + 5)]
+
+
+def test_kernel_launcher_passes_32_bit_and_float_parameters_at_their_width(fake_gpu):
+    fake_gpu.driver.widths = (8, 4, 4, 8)
+    launcher = loader.KernelLauncher(fake_gpu.kernel, (128, 2, 1), "Pifd")
+    launcher((1, 2, 3), 0, 16, -5, 1.5, -2.25)
+    call, raw = fake_gpu.driver.calls[0]
+    assert call[1:7] == (1, 2, 3, 128, 2, 1)
+    assert raw == [struct.pack("<Q", 16), struct.pack("<i", -5), struct.pack("<f", 1.5), struct.pack("<d", -2.25)]
+
+
+def test_kernel_launcher_uses_each_devices_function_and_stream(fake_gpu):
+    launcher = loader.KernelLauncher(fake_gpu.kernel, (32,), "P")
+    fake_gpu.driver.widths = (8,)
+    launcher((1,), 0, 8)
+    fake_gpu.device[0] = 1
+    launcher((1,), 0, 8)
+    fake_gpu.device[0] = 0
+    launcher((1,), 0, 8)
+    handles_streams = [(call[0], call[8]) for call, _ in fake_gpu.driver.calls]
+    assert handles_streams == [(0xC0DE, 0x5000), (0xC0DF, 0x5001), (0xC0DE, 0x5000)]
+
+
+def test_kernel_launcher_opts_into_large_dynamic_shared_memory_once_per_device(fake_gpu):
+    launcher = loader.KernelLauncher(fake_gpu.kernel, (512,), "P")
+    fake_gpu.driver.widths = (8,)
+    for smem in (1024, 100 * 1024, 100 * 1024, 80 * 1024):
+        launcher((1,), smem, 8)
+    assert fake_gpu.driver.attributes == {(0xC0DE, loader.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES): 100 * 1024}
+    fake_gpu.device[0] = 1
+    launcher((1,), 100 * 1024, 8)
+    assert fake_gpu.driver.attributes[(0xC0DF, loader.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)] == 100 * 1024
+    assert [call[7] for call, _ in fake_gpu.driver.calls] == [1024, 102400, 102400, 81920, 102400]
+
+
+def test_kernel_launcher_gives_each_thread_its_own_parameter_buffer(fake_gpu):
+    launcher = loader.KernelLauncher(fake_gpu.kernel, (32,), "P")
+    buffers = [launcher.buffer()]
+    thread = threading.Thread(target=lambda: buffers.append(launcher.buffer()))
+    thread.start()
+    thread.join()
+    assert buffers[0] is launcher.buffer() and buffers[1] is not buffers[0]
+    assert buffers[0].params != buffers[1].params
+
+
+def test_launch_maps_numpy_scalars_to_parameter_kinds(fake_gpu):
+    fake_gpu.driver.widths = (8, 8, 4)
+    args = (np.uint64(4096), np.int64(-3), np.int32(7))
+    loader.launch(fake_gpu.kernel, (2, 1, 1), (64, 1, 1), args)
+    loader.launch(fake_gpu.kernel, (2, 1, 1), (64, 1, 1), args)
+    assert len(loader._generic) == 1
+    (launcher,) = loader._generic.values()
+    assert launcher.kinds == "Qqi"
+    assert fake_gpu.driver.calls[0][1] == [struct.pack("<Q", 4096), struct.pack("<q", -3), struct.pack("<i", 7)]
+    assert fake_gpu.kernel.cupy_calls == []
+
+
+def test_launch_hands_other_argument_types_to_cupy(fake_gpu):
+    loader.launch(fake_gpu.kernel, (2,), (64,), (np.uint64(8), 3))  # a Python int: CuPy decides its type
+    assert fake_gpu.driver.calls == []
+    grid, block, args, smem, stream = fake_gpu.kernel.cupy_calls[0]
+    assert (grid, block, smem, stream) == ((2, 1, 1), (64, 1, 1), 0, ("stream", 0x5000))
+
+
+def test_direct_launch_can_be_turned_off(fake_gpu, monkeypatch):
+    monkeypatch.setenv(loader.DIRECT_LAUNCH_ENV, "0")
+    launcher = loader.KernelLauncher(fake_gpu.kernel, (256,), "PPqi")
+    launcher((5,), 0, 16, 32, 3, 4)
+    assert fake_gpu.driver.calls == []
+    grid, block, args, smem, stream = fake_gpu.kernel.cupy_calls[0]
+    assert (grid, block, smem, stream) == ((5, 1, 1), (256, 1, 1), 0, ("stream", 0x5000))
+    assert [type(a) for a in args] == [np.uint64, np.uint64, np.int64, np.int32] and list(args) == [16, 32, 3, 4]
+
+
+def test_recorded_launches_replay_the_same_driver_call(fake_gpu):
+    launcher = loader.KernelLauncher(fake_gpu.kernel, (256,), "PPqq")
+    calls = []
+    with loader.recording(calls):
+        launcher((9,), 0, 64, 128, 9, 1000)
+    launcher((1,), 0, 0, 0, 0, 0)  # the thread's buffer is overwritten; the recording is not
+    calls[0].replay()
+    assert fake_gpu.driver.calls[2] == fake_gpu.driver.calls[0]
+    assert loader.KernelLauncher.__call__ is not None and "record" not in loader.KernelLauncher.__call__.__name__
+
+
+class _RowKernel(CudaVariant):
+    name = "test_row_kernel"
+    source = "none.cu"
+    dtypes = ("fp32",)
+
+    def all_configs(self):
+        return [KernelConfig.of(block=128)]
+
+    def constraints(self, config, dtype):
+        return {}
+
+    def grid(self, config, m, n):
+        self.grids = getattr(self, "grids", 0) + 1
+        return (m, 1, 1)
+
+    def dynamic_smem(self, config, dtype, n):
+        return 4 * n
+
+
+class _Tensor:
+    def __init__(self, shape, ptr):
+        self.shape, self.ptr = shape, ptr
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def test_cuda_launcher_works_out_geometry_once_per_shape_and_skips_empty_inputs(fake_gpu):
+    variant = _RowKernel()
+    launch = variant.make_launcher(fake_gpu.kernel, KernelConfig.of(block=128), "fp32", 128)
+    launch(_Tensor((0, 100), 0), _Tensor((0, 100), 0))
+    for _ in range(3):
+        launch(_Tensor((3, 100), 256), _Tensor((3, 100), 512))
+    launch(_Tensor((5, 100), 256), _Tensor((5, 100), 512))
+    assert variant.grids == 2
+    calls = fake_gpu.driver.calls
+    assert len(calls) == 4
+    assert calls[0][0][1:8] == (3, 1, 1, 128, 1, 1, 400)
+    assert calls[0][1] == [struct.pack("<Q", 256), struct.pack("<Q", 512), struct.pack("<q", 3), struct.pack("<q", 100)]
+    assert calls[3][0][1] == 5
+
+
+def test_cuda_launcher_with_its_own_kernel_args_goes_through_loader_launch(fake_gpu):
+    class Custom(_RowKernel):
+        def kernel_args(self, config, x, out, m, n):
+            return (np.uint64(x.data_ptr()), np.int32(n))
+
+    fake_gpu.driver.widths = (8, 4)
+    launch = Custom().make_launcher(fake_gpu.kernel, KernelConfig.of(block=128), "fp32", 128)
+    launch(_Tensor((2, 10), 64), _Tensor((2, 10), 128))
+    assert fake_gpu.driver.calls[0][1] == [struct.pack("<Q", 64), struct.pack("<i", 10)]
