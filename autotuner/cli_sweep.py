@@ -128,6 +128,7 @@ def sweep(
     item_timeout: Annotated[float, typer.Option(help="Seconds before a hung candidate is killed.")] = 120.0,
     budget: Annotated[Optional[str], typer.Option(help="Stop after this wall time (90s, 10m, 1h); shapes go coarse to fine.")] = None,
     lease: Annotated[float, typer.Option(help="Seconds a shape stays claimed by a sweeper that stopped renewing (died on another host) before others take it over.", min=1.0)] = 600.0,
+    retime_unstable: Annotated[Optional[float], typer.Option("--retime-unstable", min=1.0, help="Also measure again stored rows whose p80 exceeds this multiple of their p20 (disturbed timings; 2 is the measurer's own limit). Fits use the newest row.")] = None,
     measurer: Annotated[str, typer.Option(hidden=True, help="Tests: worker measurer factory, module:attribute.")] = REAL_MEASURER,
     setup: Annotated[Optional[list[str]], typer.Option(hidden=True, help="Tests: module:function run in the sweep process and each worker first.")] = None,
 ) -> None:
@@ -165,7 +166,8 @@ def sweep(
         raise UserError("no variant can run on this machine (see the reasons above)")
     candidates, items = plan(variants, shapes)
     runner_sweep = Sweep(engine, gpu_info, collect_environment(), timing_method, candidates, command=" ".join(sys.argv),
-                         grid={"m": ms, "n": ns, "dtypes": sorted({s[2] for s in shapes})}, lease_s=lease)
+                         grid={"m": ms, "n": ns, "dtypes": sorted({s[2] for s in shapes})}, lease_s=lease,
+                         retime_spread=retime_unstable)
     console.print(f"sweep run {runner_sweep.run_id} on {gpu_info.name} ({gpu_info.key}), devices "
                   f"{','.join(map(str, device_list))}: {len(shapes)} shapes, {len(candidates)} candidates, "
                   f"{len(items)} items, method {timing_method}", highlight=False)

@@ -155,9 +155,10 @@ class Sweep:
 
     def __init__(self, engine: Engine, gpu: GpuInfo, environment: dict[str, Any], timing_method: str,
                  candidates: Sequence[Candidate], *, command: str | None = None, grid: dict[str, Any] | None = None,
-                 lease_s: float = DEFAULT_LEASE_S):
+                 lease_s: float = DEFAULT_LEASE_S, retime_spread: float | None = None):
         self.engine = engine
         self.timing_method = timing_method
+        self.retime_spread = retime_spread  # re-measure ok rows whose p80 > this x p20 (None: never)
 
         def register(session):  # noqa: ANN001, ANN202 - safe to rerun: every step is get-or-create
             gpu_row = queries.get_or_create_gpu(
@@ -174,7 +175,7 @@ class Sweep:
                 for c in candidates
             }
             return (gpu_row.id, env_row.id, run.id, candidate_ids,
-                    queries.measured_keys(session, gpu_row.id, env_row.id, timing_method),
+                    queries.measured_keys(session, gpu_row.id, env_row.id, timing_method, retime_spread),
                     queries.copied_keys(session, gpu_row.id, env_row.id, timing_method))
 
         (self.gpu_id, self.environment_id, self.run_id, self.candidate_ids, self.done,
@@ -199,9 +200,10 @@ class Sweep:
             queries.shape_measurements(s, self.gpu_id, self.environment_id, self.timing_method, m, n, dtype),
             queries.has_copy_reference(s, self.gpu_id, self.environment_id, self.timing_method, m, n, dtype)),
             what="reading a shape")
-        times = [median for cid, status, median in rows if cid in ours and status == "ok" and median]
+        times = [median for cid, status, median, _, _ in rows if cid in ours and status == "ok" and median]
         with self._lock:
-            self.done.update((cid, m, n, dtype) for cid, _, _ in rows)
+            self.done.update((cid, m, n, dtype) for cid, status, _, p20, p80 in rows
+                             if not queries.disturbed(status, p20, p80, self.retime_spread))
             if copied:
                 self.copied.add(shape)
         return min(times) if times else None

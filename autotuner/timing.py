@@ -38,6 +38,20 @@ class Timing:
                 "repetitions": self.repetitions}
 
 
+# A timing whose p80 exceeds this multiple of its p20 was disturbed (another process, a clock change):
+# the measurer times it again, and ``sweep --retime-unstable`` re-measures such rows already stored.
+UNSTABLE_SPREAD = 2.0
+
+
+def spread(p20_us: float | None, p80_us: float | None) -> float:
+    """p80 / p20 of a timing (1.0 when either is missing or zero)."""
+    return p80_us / p20_us if p20_us and p80_us else 1.0
+
+
+def is_unstable(p20_us: float | None, p80_us: float | None, limit: float = UNSTABLE_SPREAD) -> bool:
+    return spread(p20_us, p80_us) > limit
+
+
 def quantile(sorted_values: list[float], q: float) -> float:
     """Linear-interpolated quantile of an already sorted list."""
     if not sorted_values:

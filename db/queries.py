@@ -124,16 +124,25 @@ def same_setting(gpu_id: int, environment_id: int, timing_method: str) -> tuple:
 
 
 def measured_keys(
-    session: Session, gpu_id: int, environment_id: int, timing_method: str
+    session: Session, gpu_id: int, environment_id: int, timing_method: str, retime_spread: float | None = None
 ) -> set[tuple[int, int, int, str]]:
     """(candidate_id, m, n, dtype) already measured for this GPU, environment and method, in any
-    run: what a rerun skips. Failed rows count as measured (a rerun does not retry them)."""
+    run: what a rerun skips. Failed rows count as measured (a rerun does not retry them). With
+    ``retime_spread``, an ok row whose p80 exceeds that multiple of its p20 does not count (a
+    disturbed timing, measured again); a key with any other row still does."""
     statement = (
-        select(Measurement.candidate_id, Measurement.m, Measurement.n, Measurement.dtype)
+        select(Measurement.candidate_id, Measurement.m, Measurement.n, Measurement.dtype, Measurement.status,
+               Measurement.p20_us, Measurement.p80_us)
         .join(SweepRun, Measurement.run_id == SweepRun.id)
         .where(*same_setting(gpu_id, environment_id, timing_method))
     )
-    return {tuple(row) for row in session.execute(statement)}
+    return {tuple(row[:4]) for row in session.execute(statement)
+            if not disturbed(row.status, row.p20_us, row.p80_us, retime_spread)}
+
+
+def disturbed(status: str, p20_us: float | None, p80_us: float | None, retime_spread: float | None) -> bool:
+    """An ok row whose p80 exceeds ``retime_spread`` x its p20 (never, without a limit)."""
+    return retime_spread is not None and status == "ok" and bool(p20_us) and bool(p80_us) and p80_us > retime_spread * p20_us
 
 
 def copied_keys(session: Session, gpu_id: int, environment_id: int, timing_method: str) -> set[tuple[int, int, str]]:
@@ -339,11 +348,13 @@ def current_tables_stamp(session: Session) -> tuple[int | None, int]:
 
 def shape_measurements(
     session: Session, gpu_id: int, environment_id: int, timing_method: str, m: int, n: int, dtype: str
-) -> list[tuple[int, str, float | None]]:
-    """(candidate_id, status, median_us) of every row on one shape for this GPU, environment and method,
-    in any run: what a sweeper re-reads when it takes a shape, since another may have measured some."""
+) -> list[tuple[int, str, float | None, float | None, float | None]]:
+    """(candidate_id, status, median_us, p20_us, p80_us) of every row on one shape for this GPU,
+    environment and method, in any run: what a sweeper re-reads when it takes a shape, since another
+    may have measured some."""
     statement = (
-        select(Measurement.candidate_id, Measurement.status, Measurement.median_us)
+        select(Measurement.candidate_id, Measurement.status, Measurement.median_us, Measurement.p20_us,
+               Measurement.p80_us)
         .join(SweepRun, Measurement.run_id == SweepRun.id)
         .where(*same_setting(gpu_id, environment_id, timing_method),
                Measurement.m == m, Measurement.n == n, Measurement.dtype == dtype)

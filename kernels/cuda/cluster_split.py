@@ -56,11 +56,15 @@ class ClusterSplitCuda(CudaVariant):
     # long rows on chip at large M; 64 KB of shared memory beside 64 registers of row lets two
     # 512-thread blocks share an SM (load of one overlapping the store of the other) with twice
     # the share (C = 4 is declared with it only); C = 16 (non-portable) halves the share instead.
+    # (8, 256, 8, 32 | 96): 256-thread blocks with 32 KB of row in registers and 32 / 96 KB in shared
+    # memory, so 3-4 (2) blocks share an SM on rows of 0.25-0.5 MB (0.5-1 MB) at M = 128, where the
+    # 512-thread configs run one block per SM and reached 0.82-0.88 of copy on the H100.
     # No 1024-thread block: (8, 1024, 4 | 8, 0), (4, 1024, 8, 0), (2, 1024, 8, 0), (16, 1024, 4, 0)
     # and (4, 512, 8, 0) were dropped because on the recorded H200 sweep they were never within 5 %
     # of the best of our kernels on any shape or dtype (docs/SWEEP.md, "Pruned configs").
     CONFIGS: ClassVar[tuple[tuple[int, int, int, int], ...]] = (
         (8, 128, 4, 0), (8, 256, 4, 0), (8, 512, 4, 0), (8, 256, 8, 0), (8, 512, 8, 0), (8, 512, 8, 64),
+        (8, 256, 8, 32), (8, 256, 8, 96),
         (4, 512, 8, 64),
         (2, 512, 8, 0), (2, 512, 8, 64),
         (16, 512, 8, 0),

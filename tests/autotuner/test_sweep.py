@@ -134,3 +134,27 @@ def test_budget_stops_the_run_and_marks_it_interrupted(tmp_path):
 def test_work_items_round_trip_through_the_worker_protocol():
     item = WorkItem("candidate", 4, 1000, "bf16", "v", "block=256", best_us=3.5)
     assert WorkItem(**item.as_dict()) == item
+
+
+def test_retime_unstable_measures_only_disturbed_rows_again_and_keeps_both_rows(tmp_path):
+    engine = make_engine(str(tmp_path / "t.sqlite"))
+    candidates, items = plan([SmallRows()], SHAPES[:1])
+    recorded = recorded_for(items)
+    disturbed = next(i for i in items if i.kind == "candidate" and i.config_key == "block=256")
+    recorded[disturbed.identity] = dict(recorded[disturbed.identity], median_us=50.0, p20_us=1.0, p80_us=60.0)
+    new_sweep(engine, candidates).run(ReplayMeasurer(recorded), items)
+    # a plain rerun keeps the disturbed row; --retime-unstable 2 measures that one item again
+    assert new_sweep(engine, candidates).run(ReplayMeasurer(recorded), items).measured == 0
+    steady = {**recorded, disturbed.identity: recorded_for([disturbed])[disturbed.identity]}
+    runner = ReplayMeasurer(steady)
+    retimed = Sweep(engine, GPU, ENV, "cold", candidates, command="test", retime_spread=2.0).run(runner, items)
+    assert [i.identity for i in runner.calls] == [disturbed.identity] and retimed.measured == 1
+    # done now: a second retime run finds nothing disturbed
+    again = Sweep(engine, GPU, ENV, "cold", candidates, command="test", retime_spread=2.0)
+    assert again.run(ReplayMeasurer(steady), items).measured == 0
+    with Session(engine) as session:  # fits read the newest run's row (fit.select_observations)
+        rows = session.execute(select(Measurement.run_id, Measurement.median_us)
+                               .where(Measurement.m == 1, Measurement.median_us.is_not(None))
+                               .order_by(Measurement.run_id)).all()
+    retimed_rows = [median for run_id, median in rows if run_id == retimed.run_id]
+    assert retimed_rows == [steady[disturbed.identity]["median_us"]] and 50.0 in [median for _, median in rows]
