@@ -176,9 +176,17 @@ class DispatchTable:
         pool = [i for i in allowed if any(r[i] is not None for r, _ in rows)]
         if not pool:
             return self._nearest(m, n, allowed)
-        offset = [0.0] * len(rows)  # mu[p]
         theta: dict[int, float] = {}
-        for _ in range(FIT_PASSES):
+        if all(regrets[i] is not None for regrets, _ in rows for i in pool):
+            # every candidate measured at every neighbour: the neighbour effects shift all candidates
+            # alike, so the first pass's weighted means already order them (weights sum to 1)
+            for i in pool:
+                theta[i] = sum(weight * regrets[i] for regrets, weight in rows)
+            passes = 0
+        else:
+            passes = FIT_PASSES
+        offset = [0.0] * len(rows)  # mu[p]
+        for _ in range(passes):
             for i in pool:
                 total = weight_sum = 0.0
                 for p, (regrets, weight) in enumerate(rows):
@@ -235,7 +243,7 @@ class DispatchTable:
 
 
 def _log2(value: int) -> float:
-    return math.log2(max(int(value), 1))
+    return math.log2(value) if value > 1 else 0.0
 
 
 class _Layout:
