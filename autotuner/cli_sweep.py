@@ -128,7 +128,7 @@ def sweep(
     item_timeout: Annotated[float, typer.Option(help="Seconds before a hung candidate is killed.")] = 120.0,
     budget: Annotated[Optional[str], typer.Option(help="Stop after this wall time (90s, 10m, 1h); shapes go coarse to fine.")] = None,
     lease: Annotated[float, typer.Option(help="Seconds a shape stays claimed by a sweeper that stopped renewing (died on another host) before others take it over.", min=1.0)] = 600.0,
-    retime_unstable: Annotated[Optional[float], typer.Option("--retime-unstable", min=1.0, help="Also measure again stored rows whose p80 exceeds this multiple of their p20 (disturbed timings; 2 is the measurer's own limit). Fits use the newest row.")] = None,
+    retime_unstable: Annotated[Optional[float], typer.Option("--retime-unstable", min=1.0, help="Also measure again stored rows whose p80 exceeds this multiple of their p20, or that are over 3x the same kernel's time at a larger shape (disturbed timings; 2 is the measurer's own limit). Fits use the newest row.")] = None,
     measurer: Annotated[str, typer.Option(hidden=True, help="Tests: worker measurer factory, module:attribute.")] = REAL_MEASURER,
     setup: Annotated[Optional[list[str]], typer.Option(hidden=True, help="Tests: module:function run in the sweep process and each worker first.")] = None,
 ) -> None:

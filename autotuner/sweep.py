@@ -27,6 +27,7 @@ from sqlalchemy import Engine
 from autotuner.gpu import GpuInfo
 from autotuner.measure import WorkItem
 from autotuner.parallel import DEFAULT_LEASE_S, SharedWorkList, run_threads, work_list_key
+from autotuner.retime import retime_keys
 from db import queries, worklist
 from db.retry import in_transaction
 
@@ -158,7 +159,6 @@ class Sweep:
                  lease_s: float = DEFAULT_LEASE_S, retime_spread: float | None = None):
         self.engine = engine
         self.timing_method = timing_method
-        self.retime_spread = retime_spread  # re-measure ok rows whose p80 > this x p20 (None: never)
 
         def register(session):  # noqa: ANN001, ANN202 - safe to rerun: every step is get-or-create
             gpu_row = queries.get_or_create_gpu(
@@ -175,11 +175,14 @@ class Sweep:
                 for c in candidates
             }
             return (gpu_row.id, env_row.id, run.id, candidate_ids,
-                    queries.measured_keys(session, gpu_row.id, env_row.id, timing_method, retime_spread),
+                    queries.measured_rows(session, gpu_row.id, env_row.id, timing_method),
                     queries.copied_keys(session, gpu_row.id, env_row.id, timing_method))
 
-        (self.gpu_id, self.environment_id, self.run_id, self.candidate_ids, self.done,
+        (self.gpu_id, self.environment_id, self.run_id, self.candidate_ids, measured,
          self.copied) = in_transaction(engine, register, what="starting the sweep run")
+        # rows to measure again (sweep --retime-unstable): not done until this run measures them
+        self.retime = retime_keys(measured, retime_spread) if retime_spread is not None else set()
+        self.done = {tuple(row[:4]) for row in measured} - self.retime
         self._lock = threading.Lock()
         key = work_list_key(gpu.key, environment["fingerprint"], timing_method,
                             {(c.variant, c.source_hash) for c in candidates})
@@ -202,8 +205,7 @@ class Sweep:
             what="reading a shape")
         times = [median for cid, status, median, _, _ in rows if cid in ours and status == "ok" and median]
         with self._lock:
-            self.done.update((cid, m, n, dtype) for cid, status, _, p20, p80 in rows
-                             if not queries.disturbed(status, p20, p80, self.retime_spread))
+            self.done.update(key for key in ((cid, m, n, dtype) for cid, _, _, _, _ in rows) if key not in self.retime)
             if copied:
                 self.copied.add(shape)
         return min(times) if times else None
@@ -225,6 +227,7 @@ class Sweep:
             s, self.run_id, candidate_id, item.m, item.n, item.dtype, **fields), what="recording a measurement")
         with self._lock:
             self.done.add((candidate_id, item.m, item.n, item.dtype))
+            self.retime.discard((candidate_id, item.m, item.n, item.dtype))
 
     def run(self, runners: Runner | Sequence[Runner], items: Sequence[WorkItem],
             progress: ProgressCallback | None = None, should_stop: Callable[[], bool] | None = None,

@@ -123,21 +123,17 @@ def same_setting(gpu_id: int, environment_id: int, timing_method: str) -> tuple:
             SweepRun.timing_method == timing_method)
 
 
-def measured_keys(
-    session: Session, gpu_id: int, environment_id: int, timing_method: str, retime_spread: float | None = None
-) -> set[tuple[int, int, int, str]]:
-    """(candidate_id, m, n, dtype) already measured for this GPU, environment and method, in any
-    run: what a rerun skips. Failed rows count as measured (a rerun does not retry them). With
-    ``retime_spread``, an ok row whose p80 exceeds that multiple of its p20 does not count (a
-    disturbed timing, measured again); a key with any other row still does."""
+def measured_rows(session: Session, gpu_id: int, environment_id: int, timing_method: str) -> list[tuple]:
+    """(candidate_id, m, n, dtype, status, median_us, p20_us, p80_us) of every row measured for this
+    GPU, environment and method, in any run: what a rerun skips (failed rows included: a rerun does
+    not retry them), and what ``autotuner.retime`` reads to choose rows to measure again."""
     statement = (
         select(Measurement.candidate_id, Measurement.m, Measurement.n, Measurement.dtype, Measurement.status,
-               Measurement.p20_us, Measurement.p80_us)
+               Measurement.median_us, Measurement.p20_us, Measurement.p80_us)
         .join(SweepRun, Measurement.run_id == SweepRun.id)
         .where(*same_setting(gpu_id, environment_id, timing_method))
     )
-    return {tuple(row[:4]) for row in session.execute(statement)
-            if not disturbed(row.status, row.p20_us, row.p80_us, retime_spread)}
+    return [tuple(row) for row in session.execute(statement)]
 
 
 def disturbed(status: str, p20_us: float | None, p80_us: float | None, retime_spread: float | None) -> bool:

@@ -158,3 +158,15 @@ def test_retime_unstable_measures_only_disturbed_rows_again_and_keeps_both_rows(
                                .order_by(Measurement.run_id)).all()
     retimed_rows = [median for run_id, median in rows if run_id == retimed.run_id]
     assert retimed_rows == [steady[disturbed.identity]["median_us"]] and 50.0 in [median for _, median in rows]
+
+
+def test_retime_unstable_also_measures_a_steady_row_far_slower_than_a_larger_shape(tmp_path):
+    engine = make_engine(str(tmp_path / "t.sqlite"))
+    candidates, items = plan([SmallRows()], [(1, 1024, "fp32"), (64, 4096, "fp32")])
+    recorded = recorded_for(items)
+    small = next(i for i in items if i.kind == "candidate" and i.config_key == "block=128" and i.m == 1)
+    recorded[small.identity] = dict(recorded[small.identity], median_us=900.0, p20_us=880.0, p80_us=920.0)
+    new_sweep(engine, candidates).run(ReplayMeasurer(recorded), items)
+    runner = ReplayMeasurer({**recorded, small.identity: recorded_for([small])[small.identity]})
+    Sweep(engine, GPU, ENV, "cold", candidates, command="test", retime_spread=2.0).run(runner, items)
+    assert [i.identity for i in runner.calls] == [small.identity]
