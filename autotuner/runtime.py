@@ -20,7 +20,6 @@ path is kept short. Compiled builds are cached per (variant, config, dtype, N) a
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 import warnings
 from typing import Any, Callable
@@ -139,7 +138,7 @@ def _recorded_launches(launch: Callable[[Any, Any], None], rows: Any, out: Any) 
     replay would skip) or a launch the layers could not record."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from kernels.cuda import loader
+    from kernels.launch_record import recording
 
     class _Ops(TorchDispatchMode):
         ran = False
@@ -150,12 +149,7 @@ def _recorded_launches(launch: Callable[[Any, Any], None], rows: Any, out: Any) 
 
     calls: list = []
     ops = _Ops()
-    try:
-        from kernels.triton_impl import common as triton_common
-        triton_recording = triton_common.recording(calls)
-    except ImportError:  # no Triton here: nothing of it to record
-        triton_recording = contextlib.nullcontext()
-    with loader.recording(calls), triton_recording, ops:
+    with recording(calls), ops:  # CUDA and Triton launches alike
         launch(rows, out)
     if ops.ran or not calls or any(call is None for call in calls):
         return None

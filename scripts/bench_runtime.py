@@ -126,11 +126,10 @@ def forced_build(variant_name: str, m: int, n: int, dtype: str):
 
 def record(launch, x, out) -> list:
     """The launches one ``launch(x, out)`` issues, as the CUDA and Triton layers record them."""
-    from kernels.cuda import loader
-    from kernels.triton_impl import common
+    from kernels.launch_record import recording
 
     calls: list = []
-    with loader.recording(calls), common.recording(calls):
+    with recording(calls):
         launch(x, out)
     return calls
 

@@ -13,10 +13,10 @@ import logging
 import threading
 import time
 from pathlib import Path
-from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from kernels.base import Resources, hash_text
+from kernels.launch_record import recording, tap, taps  # noqa: F401 - recording re-exported
 
 log = logging.getLogger(__name__)
 
@@ -341,8 +341,8 @@ class KernelLauncher:
         bx, by, bz = self.block
         stream = _raw_stream(device)
         _launch_kernel(handle, gx, gy, gz, bx, by, bz, shared_mem, stream, buffer.params, 0)
-        if _taps:
-            _tap(CudaLaunch(self, device, handle, (gx, gy, gz), shared_mem, stream, args))
+        if taps:
+            tap(CudaLaunch(self, device, handle, (gx, gy, gz), shared_mem, stream, args))
 
     def _call_cupy(self, grid: Sequence[int], shared_mem: int, args: Sequence[Any]) -> None:
         """The launch through CuPy's ``RawKernel.__call__`` (numpy scalars give the exact types)."""
@@ -355,8 +355,8 @@ class KernelLauncher:
             set_dynamic_smem(self.function, shared_mem)
         grid = tuple((*grid, 1, 1)[:3])
         self.function(grid, self.block, typed, shared_mem=shared_mem, stream=current_stream())
-        if _taps:
-            _tap(None)
+        if taps:
+            tap(None)
 
 
 _generic: dict[tuple[Any, tuple[int, ...], str], KernelLauncher] = {}
@@ -373,8 +373,8 @@ def launch(function: Any, grid: tuple[int, ...], block: tuple[int, ...], args: t
     except KeyError:
         function(tuple((*grid, 1, 1)[:3]), tuple((*block, 1, 1)[:3]), args, shared_mem=dynamic_smem,
                  stream=current_stream())
-        if _taps:
-            _tap(None)
+        if taps:
+            tap(None)
         return
     key = (function, tuple(block), kinds)
     launcher = _generic.get(key)
@@ -384,37 +384,7 @@ def launch(function: Any, grid: tuple[int, ...], block: tuple[int, ...], args: t
 
 
 # --- recording and replay -------------------------------------------------------------------------
-# ``recording(calls)`` makes every launch of the calling thread append a ``CudaLaunch`` (or None for
-# a launch that went through CuPy's ``RawKernel.__call__``) to ``calls``. The runtime records a
-# build's launches once per (device, shape, dtype) and replays them bound to new pointers
-# (``CudaLaunch.bind``); ``scripts/bench_runtime.py`` replays them as recorded for its raw-launch
-# baseline (``CudaLaunch.replay``). Outside a recording a launch pays one dict truth test.
-_taps: dict[int, list] = {}  # thread ident -> the list recording that thread's launches
-
-
-def _tap(record: Any) -> None:
-    import threading
-
-    calls = _taps.get(threading.get_ident())
-    if calls is not None:
-        calls.append(record)
-
-
-@contextmanager
-def recording(calls: list) -> Iterator[list]:
-    """Record this thread's launches into ``calls`` while active (see above)."""
-    import threading
-
-    ident = threading.get_ident()
-    previous = _taps.get(ident)
-    _taps[ident] = calls
-    try:
-        yield calls
-    finally:
-        if previous is None:
-            del _taps[ident]
-        else:
-            _taps[ident] = previous
+# kernels.launch_record: ``recording(calls)`` (re-exported here) collects this layer's launch records.
 
 
 class CudaLaunch:

@@ -17,13 +17,13 @@ import logging
 import os
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar, Sequence
 
 from kernels.base import SUPPORTED, Build, KernelConfig, Resources, Support, Variant
+from kernels.launch_record import recording, tap, taps  # noqa: F401 - recording re-exported
 
 log = logging.getLogger(__name__)
 
@@ -254,8 +254,8 @@ class Launcher:
         """Enqueue on torch's current stream."""
         if not self.direct:
             self.fn[(*grid, 1, 1)[:3]](*args, **self._kwargs(consts))
-            if _taps:
-                _tap(None)
+            if taps:
+                tap(None)
             return
         device = _current_device()
         key, values = self._bind(device, args, consts)
@@ -266,18 +266,18 @@ class Launcher:
             if run is not None and _hooks_idle():
                 stream = _raw_stream(device)
                 run(gx, gy, gz, stream, entry[1], entry[2], None, None, None, *values, *consts)
-                if _taps:
-                    _tap(TritonLaunch(self, entry, (gx, gy, gz), stream, values, consts))
+                if taps:
+                    tap(TritonLaunch(self, entry, (gx, gy, gz), stream, values, consts))
             else:
                 entry[3][(gx, gy, gz)](*args, *consts)
-                if _taps:
-                    _tap(None)
+                if taps:
+                    tap(None)
             return
         kernel = self.fn[(*grid, 1, 1)[:3]](*args, **self._kwargs(consts))
         if kernel is not None:
             self.compiled[key] = self._entry(kernel)
-        if _taps:
-            _tap(None)
+        if taps:
+            tap(None)
 
     def compile(self, args: Sequence[Any], consts: Sequence[Any]) -> tuple[Any, float]:
         """Compile (or fetch from Triton's caches) without launching; returns (kernel, seconds)."""
@@ -290,34 +290,7 @@ class Launcher:
 
 
 # --- recording and replay -------------------------------------------------------------------------
-# As in ``kernels.cuda.loader``: ``recording(calls)`` makes every launch of the calling thread append
-# a ``TritonLaunch`` (None for a launch through the JIT, which is not replayable) to ``calls``.
-_taps: dict[int, list] = {}  # thread ident -> the list recording that thread's launches
-
-
-def _tap(record: Any) -> None:
-    import threading
-
-    calls = _taps.get(threading.get_ident())
-    if calls is not None:
-        calls.append(record)
-
-
-@contextmanager
-def recording(calls: list) -> Iterator[list]:
-    """Record this thread's launches into ``calls`` while active."""
-    import threading
-
-    ident = threading.get_ident()
-    previous = _taps.get(ident)
-    _taps[ident] = calls
-    try:
-        yield calls
-    finally:
-        if previous is None:
-            del _taps[ident]
-        else:
-            _taps[ident] = previous
+# kernels.launch_record: ``recording(calls)`` (re-exported here) collects this layer's launch records.
 
 
 class TritonLaunch:
