@@ -21,11 +21,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.base import Build, KernelConfig, cdiv
+from kernels.base import DTYPE_BYTES, Build, KernelConfig, cdiv
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
-from kernels.cuda.two_pass import VECTOR_BYTES, vector_width
+from kernels.cuda.two_pass import vector_width
 
 REFERENCE_SMS = 132  # H100 SXM / H200: where the declared m_max keeps a sweep to one launch
 MAX_ROW = 2**31 - 1
@@ -107,8 +107,6 @@ class GridSplitCuda(CudaVariant):
         return Build(self.name, config, dtype, self._launcher(function, config, dtype, resources.blocks_per_sm), resources)
 
     def _launcher(self, function: Any, config: KernelConfig, dtype: str, blocks_per_sm: int | None):
-        import torch
-
         split, block, packs = self._shape(config)
         _, _, sm_count = loader.device_limits()
         batch = rows_per_launch(blocks_per_sm or 1, sm_count, split)
@@ -118,17 +116,17 @@ class GridSplitCuda(CudaVariant):
                 f"({blocks_per_sm} per SM x {sm_count} SMs)"
             )
         held = block * packs  # vectors one block holds
-        elem_bytes = VECTOR_BYTES // vector_width(dtype)
-        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        vec = vector_width(dtype)
+        elem_bytes = DTYPE_BYTES[dtype]
 
         def launch(x: Any, out: Any) -> None:
             m, n = x.shape
             if m == 0:
                 return
-            if cdiv(n // vector_width(dtype), split) > held:
-                raise ValueError(f"{self.name} {config.key}: N={n} exceeds the row capacity {split * held * vector_width(dtype)}")
+            if cdiv(n // vec, split) > held:
+                raise ValueError(f"{self.name} {config.key}: N={n} exceeds the row capacity {split * held * vec}")
             device = x.device.index
-            stream = raw_stream(device) if raw_stream else torch.cuda.current_stream(device).cuda_stream
+            stream = loader.current_raw_stream(device)
             rows = min(m, batch)
             slots = self.slots(device, stream, rows, split)
             for first in range(0, m, rows):
