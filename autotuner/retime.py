@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from db.queries import disturbed
+from autotuner.timing import is_unstable
 
 SLOWER_THAN_LARGER = 3.0
 
@@ -30,7 +30,7 @@ def retime_keys(rows: Iterable[tuple], spread: float) -> set[Key]:
             failed.add(key)
         elif key not in best or median < best[key][0]:
             best[key] = (median, p20, p80)
-    flagged = {key for key, (_, p20, p80) in best.items() if disturbed("ok", p20, p80, spread)}
+    flagged = {key for key, (_, p20, p80) in best.items() if is_unstable(p20, p80, spread)}
     by_series: dict[tuple[int, str], list[tuple[int, int, float]]] = {}
     for (candidate_id, m, n, dtype), (median, _, _) in best.items():
         by_series.setdefault((candidate_id, dtype), []).append((m, n, median))

@@ -203,9 +203,9 @@ class Sweep:
             queries.shape_measurements(s, self.gpu_id, self.environment_id, self.timing_method, m, n, dtype),
             queries.has_copy_reference(s, self.gpu_id, self.environment_id, self.timing_method, m, n, dtype)),
             what="reading a shape")
-        times = [median for cid, status, median, _, _ in rows if cid in ours and status == "ok" and median]
+        times = [median for cid, status, median in rows if cid in ours and status == "ok" and median]
         with self._lock:
-            self.done.update(key for key in ((cid, m, n, dtype) for cid, _, _, _, _ in rows) if key not in self.retime)
+            self.done.update(key for key in ((cid, m, n, dtype) for cid, _, _ in rows) if key not in self.retime)
             if copied:
                 self.copied.add(shape)
         return min(times) if times else None

@@ -136,11 +136,6 @@ def measured_rows(session: Session, gpu_id: int, environment_id: int, timing_met
     return [tuple(row) for row in session.execute(statement)]
 
 
-def disturbed(status: str, p20_us: float | None, p80_us: float | None, retime_spread: float | None) -> bool:
-    """An ok row whose p80 exceeds ``retime_spread`` x its p20 (never, without a limit)."""
-    return retime_spread is not None and status == "ok" and bool(p20_us) and bool(p80_us) and p80_us > retime_spread * p20_us
-
-
 def copied_keys(session: Session, gpu_id: int, environment_id: int, timing_method: str) -> set[tuple[int, int, str]]:
     statement = (
         select(CopyReference.m, CopyReference.n, CopyReference.dtype)
@@ -344,13 +339,11 @@ def current_tables_stamp(session: Session) -> tuple[int | None, int]:
 
 def shape_measurements(
     session: Session, gpu_id: int, environment_id: int, timing_method: str, m: int, n: int, dtype: str
-) -> list[tuple[int, str, float | None, float | None, float | None]]:
-    """(candidate_id, status, median_us, p20_us, p80_us) of every row on one shape for this GPU,
-    environment and method, in any run: what a sweeper re-reads when it takes a shape, since another
-    may have measured some."""
+) -> list[tuple[int, str, float | None]]:
+    """(candidate_id, status, median_us) of every row on one shape for this GPU, environment and method,
+    in any run: what a sweeper re-reads when it takes a shape, since another may have measured some."""
     statement = (
-        select(Measurement.candidate_id, Measurement.status, Measurement.median_us, Measurement.p20_us,
-               Measurement.p80_us)
+        select(Measurement.candidate_id, Measurement.status, Measurement.median_us)
         .join(SweepRun, Measurement.run_id == SweepRun.id)
         .where(*same_setting(gpu_id, environment_id, timing_method),
                Measurement.m == m, Measurement.n == n, Measurement.dtype == dtype)
