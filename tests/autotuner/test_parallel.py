@@ -125,11 +125,16 @@ def test_a_worker_fault_on_one_gpu_leaves_the_other_gpu_and_the_sweep_going(tmp_
 
 def test_two_sweeps_on_one_database_split_the_work_without_duplicates(tmp_path):
     """Two sweeper objects (as two processes or hosts would be) running at once on one file."""
-    path = str(tmp_path / "t.sqlite")
+    run_two_sweeps_at_once(str(tmp_path / "t.sqlite"), GPU)
+
+
+def run_two_sweeps_at_once(url: str, gpu) -> list:  # noqa: ANN001
+    """Two Sweep objects on one database, started together in threads: both measure, every item is
+    measured once, no row is duplicated. Returns the sweeps (their engines are the caller's to dispose)."""
     candidates, items = planned()
     barrier = threading.Barrier(2)
     runners = [Recorder(barrier), Recorder(barrier)]
-    sweeps = [Sweep(make_engine(path), GPU, ENV, "cold", candidates) for _ in range(2)]
+    sweeps = [Sweep(make_engine(url), gpu, ENV, "cold", candidates) for _ in range(2)]
     threads = [threading.Thread(target=s.run, args=(r, items)) for s, r in zip(sweeps, runners)]
     for thread in threads:
         thread.start()
@@ -139,6 +144,7 @@ def test_two_sweeps_on_one_database_split_the_work_without_duplicates(tmp_path):
     assert sorted(c.identity for r in runners for c in r.calls) == sorted(i.identity for i in items)
     found = rows(sweeps[0].engine)
     assert len(found) == len(set(r[:4] for r in found)) == len(items) - len(SHAPES)
+    return sweeps
 
 
 def test_child_device_indices_follow_the_parents_visible_devices():
@@ -163,22 +169,9 @@ def test_two_sweeps_on_postgresql_split_the_work_without_duplicates():
         connection.execute(text(f"CREATE SCHEMA {schema}"))
     try:
         scoped = f"{url}?options=-csearch_path%3D{schema}"
-        candidates, items = planned()
-        barrier = threading.Barrier(2)
-        runners = [Recorder(barrier), Recorder(barrier)]
         # memory_bytes left out: gpu_models.memory_bytes is a 32-bit column on PostgreSQL (see
         # tests/db/test_postgres_limits.py), which this test is not about.
-        gpu = dataclasses.replace(GPU, memory_bytes=None)
-        sweeps = [Sweep(make_engine(scoped), gpu, ENV, "cold", candidates) for _ in range(2)]
-        threads = [threading.Thread(target=s.run, args=(r, items)) for s, r in zip(sweeps, runners)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-        assert all(r.calls for r in runners)
-        assert sorted(c.identity for r in runners for c in r.calls) == sorted(i.identity for i in items)
-        found = rows(sweeps[0].engine)
-        assert len(found) == len(set(r[:4] for r in found)) == len(items) - len(SHAPES)
+        sweeps = run_two_sweeps_at_once(scoped, dataclasses.replace(GPU, memory_bytes=None))
         for sweep in sweeps:
             sweep.engine.dispose()
     finally:
