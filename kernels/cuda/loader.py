@@ -175,8 +175,11 @@ def _numpy_kinds() -> dict[type, str]:
     if not _NUMPY_KINDS:
         import numpy as np
 
+        # numpy.uint64 is how every caller passes a pointer, so it is kind "P": a replay then binds
+        # it to the new x / out, or refuses a launch that uses any other pointer (a workspace, the
+        # grid-split slots), instead of replaying the recorded address as a constant.
         _NUMPY_KINDS.update({
-            np.uint64: "Q", np.int64: "q", np.uint32: "I", np.int32: "i", np.uint16: "H", np.int16: "h",
+            np.uint64: "P", np.int64: "q", np.uint32: "I", np.int32: "i", np.uint16: "H", np.int16: "h",
             np.uint8: "B", np.int8: "b", np.float32: "f", np.float64: "d",
         })
     return _NUMPY_KINDS

@@ -244,3 +244,40 @@ def test_plan_for_build_records_outside_graph_capture_only(fake_launches, monkey
     assert len(driver.calls) == (0 if capturing else 3)  # a warm-up launch and two recordings
     out = plan(rows)
     assert driver.calls[-1] == (0xC0DE, 2, 0x5000 if capturing else 0x99, (rows.data_ptr(), out.data_ptr(), 2, 3))
+
+
+def test_numpy_uint64_arguments_are_pointers_a_replay_binds_or_refuses(fake_launches, monkeypatch):
+    """Launches through ``loader.launch`` pass pointers as numpy.uint64 (split_row, grid_split). A
+    replay must bind x / out to the new tensors and refuse one that also uses another pointer (the
+    grid-split slots, a workspace): the H100 caught grid_split replays writing to the recorded out."""
+    import types
+
+    import numpy as np
+
+    loader = fake_launches.loader
+
+    class Function:  # a CuPy RawKernel as the loader sees it: hashable, its CUfunction on .kernel
+        kernel = types.SimpleNamespace(ptr=0xBEEF)
+
+    function = Function()
+    slots = torch.zeros(8)
+    monkeypatch.setattr(loader, "_generic", {})
+
+    def grid_split_like(x, out):
+        loader.launch(function, (4,), (128,), (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()),
+                                              np.uint64(slots.data_ptr()), np.int64(x.shape[1])))
+
+    def pointers_only(x, out):
+        loader.launch(function, (4,), (128,), (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()),
+                                              np.int64(x.shape[0]), np.int64(x.shape[1])))
+
+    rows, out = torch.zeros(2, 4), torch.zeros(2, 4)
+    assert runtime._replay_code(grid_split_like, rows, out) is None
+    replay = runtime._replay_code(pointers_only, rows, out)
+    assert replay is not None
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0x77, raising=False)
+    plan = runtime._make_plan(0, pointers_only, replay)
+    x = torch.randn(2, 4)
+    y = plan(x)
+    assert fake_launches.driver.calls[-1] == (0xBEEF, 4, 0x77, (x.data_ptr(), y.data_ptr(), 2, 4))
