@@ -1,6 +1,7 @@
 """``autotuner bench``: the dispatched ``softmax`` against a copy of the same bytes, ``torch.softmax``,
 and QuACK / Liger where importable, all timed the same way in one process (CUDA events, L2 flushed
-before each timed call, median). Runs in-process: it measures the product, not candidates, so a
+before each timed call, median). The copy is the faster of torch's ``copy_`` and a plain vector copy
+(``autotuner.measure.copy_reference``). Runs in-process: it measures the product, not candidates, so a
 faulting kernel here is a bug to fix, not a row to record.
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", p
     import torch
 
     from autotuner import select_kernel, softmax
+    from autotuner.measure import copy_reference
     from autotuner.timing import Timer
 
     timer = Timer(method, time_cap_s=0.3)
@@ -44,7 +46,7 @@ def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", p
         x = random_input(m, n, dtype)
         out = torch.empty_like(x)
         row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n}
-        row["copy_us"] = timer.time(lambda: out.copy_(x)).median_us
+        row["copy_us"] = copy_reference(timer, x, out).median_us
         choice = select_kernel(m, n, dtype)
         row["dispatched"] = f"{choice.variant}[{choice.config_key}]"
         checked = check_softmax(softmax(x), x, dtype)

@@ -129,6 +129,7 @@ def sweep(
     budget: Annotated[Optional[str], typer.Option(help="Stop after this wall time (90s, 10m, 1h); shapes go coarse to fine.")] = None,
     lease: Annotated[float, typer.Option(help="Seconds a shape stays claimed by a sweeper that stopped renewing (died on another host) before others take it over.", min=1.0)] = 600.0,
     retime_unstable: Annotated[Optional[float], typer.Option("--retime-unstable", min=1.0, help="Also measure again stored rows whose p80 exceeds this multiple of their p20, or that are over 3x the same kernel's time at a larger shape (disturbed timings; 2 is the measurer's own limit). Fits use the newest row.")] = None,
+    recopy: Annotated[bool, typer.Option("--recopy", help="Also measure every shape's copy reference again (the speed of light reports divide by; they read the newest).")] = False,
     measurer: Annotated[str, typer.Option(hidden=True, help="Tests: worker measurer factory, module:attribute.")] = REAL_MEASURER,
     setup: Annotated[Optional[list[str]], typer.Option(hidden=True, help="Tests: module:function run in the sweep process and each worker first.")] = None,
 ) -> None:
@@ -167,7 +168,7 @@ def sweep(
     candidates, items = plan(variants, shapes)
     runner_sweep = Sweep(engine, gpu_info, collect_environment(), timing_method, candidates, command=" ".join(sys.argv),
                          grid={"m": ms, "n": ns, "dtypes": sorted({s[2] for s in shapes})}, lease_s=lease,
-                         retime_spread=retime_unstable)
+                         retime_spread=retime_unstable, recopy=recopy)
     console.print(f"sweep run {runner_sweep.run_id} on {gpu_info.name} ({gpu_info.key}), devices "
                   f"{','.join(map(str, device_list))}: {len(shapes)} shapes, {len(candidates)} candidates, "
                   f"{len(items)} items, method {timing_method}", highlight=False)

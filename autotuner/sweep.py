@@ -156,8 +156,9 @@ class Sweep:
 
     def __init__(self, engine: Engine, gpu: GpuInfo, environment: dict[str, Any], timing_method: str,
                  candidates: Sequence[Candidate], *, command: str | None = None, grid: dict[str, Any] | None = None,
-                 lease_s: float = DEFAULT_LEASE_S, retime_spread: float | None = None):
+                 lease_s: float = DEFAULT_LEASE_S, retime_spread: float | None = None, recopy: bool = False):
         self.engine = engine
+        self.recopy = recopy  # measure every planned shape's copy reference again (sweep --recopy)
         self.timing_method = timing_method
 
         def register(session):  # noqa: ANN001, ANN202 - safe to rerun: every step is get-or-create
@@ -180,6 +181,8 @@ class Sweep:
 
         (self.gpu_id, self.environment_id, self.run_id, self.candidate_ids, measured,
          self.copied) = in_transaction(engine, register, what="starting the sweep run")
+        if recopy:  # only this run's copies count as done; reports read the newest
+            self.copied = set()
         # rows to measure again (sweep --retime-unstable): not done until this run measures them
         self.retime = retime_keys(measured, retime_spread) if retime_spread is not None else set()
         self.done = {tuple(row[:4]) for row in measured} - self.retime
@@ -206,7 +209,7 @@ class Sweep:
         times = [median for cid, status, median in rows if cid in ours and status == "ok" and median]
         with self._lock:
             self.done.update(key for key in ((cid, m, n, dtype) for cid, _, _ in rows) if key not in self.retime)
-            if copied:
+            if copied and not self.recopy:
                 self.copied.add(shape)
         return min(times) if times else None
 

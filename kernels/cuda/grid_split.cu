@@ -4,8 +4,7 @@
 // without the cluster size limit (8, or 16 non-portable): a few long rows (M = 1, N = 262144) use
 // every SM of the GPU.
 //
-// Grid: M * S blocks, block b = row * S + split (the host may launch a long batch of rows as
-// several launches of fewer rows; `row` is then relative to the launch). Split k takes the k-th
+// Grid: M * S blocks, block b = row * S + split. Split k takes the k-th
 // share of the row's 16-byte body vectors (smx::row_split), ceil(vecs / S) of them, which the host
 // guarantees fit PACKS vectors per thread; split 0 also holds the < 2 * VEC head/tail scalars.
 //
@@ -21,9 +20,15 @@
 // epoch is its own slot's previous epoch + 1: the slots of a row are always written together (same
 // S: the host keeps one slot array per S), so they all move from e to e + 1 in each launch, with no
 // reset, no atomics and nothing from the host (CUDA-graph replays work). Zero-filled once.
-// The wait completes only when all M * S blocks of a launch are resident at once: the host checks
-// that against the driver's occupancy figure and splits the rows into launches that are. A launch
-// must own its slots (one array per stream) while it runs.
+// Work order: a block waits only for the other blocks of its row, so the wait completes if those are
+// resident or can become resident. Where all M * S blocks fit on the GPU at once (the host checks
+// the driver's occupancy figure) block b simply takes work b. Beyond that the host passes `tickets`
+// and each block takes work t = atomicInc(tickets) in the order blocks actually start: a block then
+// only ever waits for works of a row whose lower works are all taken by started blocks, and the
+// works still untaken go to the blocks that start as others finish (S <= the resident blocks, which
+// the host checks), so every row completes in one launch whatever M. atomicInc wraps at the grid
+// size, so the counter is back to 0 after every launch, with nothing to reset.
+// A launch must own its slots and counter (one set per stream) while it runs.
 // fp32 accumulation; edge rows as torch.softmax (NaN / +inf make the row NaN, all -inf gives NaN).
 #include "softmax_common.cuh"
 
@@ -69,12 +74,19 @@ __device__ __forceinline__ smx::MaxSum exchange(unsigned long long* row_slots, i
 template <typename T, int THREADS, int PACKS>
 __global__ void __launch_bounds__(THREADS, smx::row_min_blocks(THREADS, 4 * PACKS, PACKS <= 2 ? 48 : 32))
     softmax_grid_split(const T* __restrict__ x, T* __restrict__ y, unsigned long long* __restrict__ slots,
-                       long long N, int S) {
+                       unsigned* __restrict__ tickets, long long N, int S) {
     constexpr int VEC = 16 / sizeof(T);
     __shared__ smx::MaxSum scratch[THREADS / 32];
     __shared__ smx::MaxSum row_total;
-    const int row = static_cast<int>(blockIdx.x) / S;
-    const int split = static_cast<int>(blockIdx.x) % S;
+    __shared__ int work_item;
+    int work = static_cast<int>(blockIdx.x);
+    if (tickets != nullptr) {  // more blocks than fit at once: works in the order blocks start
+        if (threadIdx.x == 0) work_item = static_cast<int>(atomicInc(tickets, gridDim.x - 1u));
+        __syncthreads();
+        work = work_item;
+    }
+    const int row = work / S;
+    const int split = work % S;
     const long long offset = static_cast<long long>(row) * N;
     const T* __restrict__ xr = x + offset;
     T* __restrict__ yr = y + offset;

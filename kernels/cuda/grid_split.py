@@ -1,19 +1,24 @@
 """Split-row softmax in one launch, blocks of a row meeting in global memory (``grid_split.cu``).
 
 S blocks share each row and keep their chunk in registers; they trade partial (max, sum) pairs
-through epoch-tagged slots in global memory (no atomics, nothing to reset), then write their chunk.
+through epoch-tagged slots in global memory (plain loads and stores, nothing to reset), then write
+their chunk.
 The row is read once and written once, in one launch, over as many SMs as S asks (cluster_split
 stops at 8 or 16), which is what few long rows need: at M = 1 a row of 0.5 MB otherwise waits on a
 handful of SMs.
 
 A config is (split, block, packs): S blocks per row, threads per block, 16-byte vectors per thread.
-The exchange only completes when every block of a launch is resident at once, so a launch takes at
-most (blocks per SM from the driver's occupancy query x SMs) / S rows; longer batches go as several
-launches, so every M stays correct (the sweep's ``m_max`` keeps it to one launch on a 132-SM GPU).
+Any M is one launch. Where every block fits on the GPU at once (blocks per SM from the driver's
+occupancy query x SMs), block b takes work b, the lowest latency; beyond that blocks take works
+from an atomic ticket counter in the order they start, so no block ever waits for a row-mate that
+cannot be scheduled (the proof is in ``grid_split.cu``) and freed SMs take the next rows at once.
+On the H100 that ticketed regime (M = 32-128, rows of 0.25-1 MB) ran 5-15 % behind the cluster and
+smem-cache kernels, so the declared ``m_max`` keeps sweeps and tables to one wave on a 132-SM GPU;
+a direct call with more rows still runs correctly in one launch.
 
-Slot arrays (two int64 per (row, split), zero-filled once) are kept per (device, stream, S): two
-streams running this kernel at once must not share slots, and the slots of a row must always be
-written by launches of one S.
+Slot arrays (two int64 per (row, split), zero-filled once) and ticket counters are kept per
+(device, stream, S): two streams running this kernel at once must not share them, and the slots of
+a row must always be written by launches of one S.
 """
 from __future__ import annotations
 
@@ -21,14 +26,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.base import DTYPE_BYTES, Build, KernelConfig, cdiv
+from kernels.base import Build, KernelConfig, cdiv
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
 from kernels.cuda.two_pass import vector_width
 
-REFERENCE_SMS = 132  # H100 SXM / H200: where the declared m_max keeps a sweep to one launch
+REFERENCE_SMS = 132  # H100 SXM / H200: the declared m_max keeps sweeps and tables to one wave
 MAX_ROW = 2**31 - 1
+MAX_GRID_X = 2**31 - 1
 
 
 def guaranteed_blocks_per_sm(block: int, packs: int) -> int:
@@ -40,10 +46,9 @@ def guaranteed_blocks_per_sm(block: int, packs: int) -> int:
     return max(1, min(2048 // block, 65536 // (block * per_thread)))
 
 
-def rows_per_launch(blocks_per_sm: int, sm_count: int, split: int) -> int:
-    """Rows one launch may take so that all of its blocks are resident at once (at least 1: a
-    launch of one row needs split <= resident blocks, which the constraints guarantee)."""
-    return max(1, blocks_per_sm * sm_count // split)
+def one_wave(m: int, split: int, resident_blocks: int) -> bool:
+    """Whether all m * split blocks are resident at once (block b may then take work b)."""
+    return m * split <= resident_blocks
 
 
 class GridSplitCuda(CudaVariant):
@@ -55,14 +60,17 @@ class GridSplitCuda(CudaVariant):
         "meet in epoch-tagged slots in global memory; row read once, any number of SMs per row."
     )
     # (split, block, packs). S = 64-128 spreads one row of 0.25-1 MB over (nearly) every SM; S = 8-32
-    # serve M = 4..32, where the rows together fill the GPU with fewer blocks each.
+    # serve M = 4..32, where the rows together fill the GPU with fewer blocks each. S = 20 / 40 hold
+    # 160K elements per row (fp32 N = 151936 at 93 %).
     CONFIGS: ClassVar[tuple[tuple[int, int, int], ...]] = (
         (128, 256, 2), (128, 128, 4), (64, 256, 4), (64, 512, 2), (32, 256, 4), (32, 512, 4),
         (16, 512, 4), (16, 256, 8), (8, 512, 8),
+        (20, 256, 8), (40, 256, 4),
     )
 
     def __init__(self) -> None:
         self._slots: dict[tuple[int, int, int], Any] = {}  # (device, stream, S) -> int64 tensor
+        self._tickets: dict[tuple[int, int, int], Any] = {}  # (device, stream, S) -> one int32, 0
 
     def all_configs(self) -> list[KernelConfig]:
         return [KernelConfig.of(split=s, block=b, packs=p) for s, b, p in self.CONFIGS]
@@ -78,6 +86,8 @@ class GridSplitCuda(CudaVariant):
             # at least a warp's worth of vectors per block; at most what the registers hold
             "n_min": split * 32 * vec,
             "n_max": min(MAX_ROW, split * block * packs * vec),
+            # one wave on a 132-SM GPU: the ticketed regime beyond it runs correctly but was never
+            # the fastest of our kernels on the H100 sweep (docs/BENCHMARKS.md), so tables keep out
             "m_max": max(1, guaranteed_blocks_per_sm(block, packs) * REFERENCE_SMS // split),
         }
 
@@ -87,6 +97,16 @@ class GridSplitCuda(CudaVariant):
     def all_name_expressions(self, dtype: str) -> list[str]:
         # configs differing only in S (a run-time argument) share their kernel
         return list(dict.fromkeys(super().all_name_expressions(dtype)))
+
+    def tickets(self, device_index: int, stream: int, split: int) -> Any:
+        """The ticket counter (one int32, 0 between launches) for this device, stream and S."""
+        import torch
+
+        key = (device_index, stream, split)
+        counter = self._tickets.get(key)
+        if counter is None:
+            counter = self._tickets[key] = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", device_index))
+        return counter
 
     def slots(self, device_index: int, stream: int, rows: int, split: int) -> Any:
         """The int64 slot array for ``rows`` rows of ``split`` blocks on this device and stream,
@@ -109,15 +129,14 @@ class GridSplitCuda(CudaVariant):
     def _launcher(self, function: Any, config: KernelConfig, dtype: str, blocks_per_sm: int | None):
         split, block, packs = self._shape(config)
         _, _, sm_count = loader.device_limits()
-        batch = rows_per_launch(blocks_per_sm or 1, sm_count, split)
-        if split > (blocks_per_sm or 0) * sm_count:
+        resident = (blocks_per_sm or 0) * sm_count
+        if split > resident:
             raise ValueError(
                 f"{self.name} {config.key}: {split} blocks per row cannot all be resident on this GPU "
                 f"({blocks_per_sm} per SM x {sm_count} SMs)"
             )
         held = block * packs  # vectors one block holds
         vec = vector_width(dtype)
-        elem_bytes = DTYPE_BYTES[dtype]
 
         def launch(x: Any, out: Any) -> None:
             m, n = x.shape
@@ -125,17 +144,14 @@ class GridSplitCuda(CudaVariant):
                 return
             if cdiv(n // vec, split) > held:
                 raise ValueError(f"{self.name} {config.key}: N={n} exceeds the row capacity {split * held * vec}")
+            if m * split > MAX_GRID_X:
+                raise ValueError(f"{self.name} {config.key}: M={m} needs more than {MAX_GRID_X} blocks")
             device = x.device.index
             stream = loader.current_raw_stream(device)
-            rows = min(m, batch)
-            slots = self.slots(device, stream, rows, split)
-            for first in range(0, m, rows):
-                count = min(rows, m - first)
-                shift = first * n * elem_bytes
-                args = (
-                    np.uint64(x.data_ptr() + shift), np.uint64(out.data_ptr() + shift),
-                    np.uint64(slots.data_ptr()), np.int64(n), np.int32(split),
-                )
-                loader.launch(function, (count * split, 1, 1), (block, 1, 1), args)
+            slots = self.slots(device, stream, m, split)
+            tickets = 0 if one_wave(m, split, resident) else self.tickets(device, stream, split).data_ptr()
+            args = (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.uint64(slots.data_ptr()),
+                    np.uint64(tickets), np.int64(n), np.int32(split))
+            loader.launch(function, (m * split, 1, 1), (block, 1, 1), args)
 
         return launch

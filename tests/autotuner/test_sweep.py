@@ -170,3 +170,23 @@ def test_retime_unstable_also_measures_a_steady_row_far_slower_than_a_larger_sha
     runner = ReplayMeasurer({**recorded, small.identity: recorded_for([small])[small.identity]})
     Sweep(engine, GPU, ENV, "cold", candidates, command="test", retime_spread=2.0).run(runner, items)
     assert [i.identity for i in runner.calls] == [small.identity]
+
+
+def test_recopy_measures_only_the_copy_references_again_and_reports_read_the_newest(tmp_path):
+    from autotuner.bench import shape_reports
+
+    engine = make_engine(str(tmp_path / "t.sqlite"))
+    candidates, items = plan([SmallRows()], SHAPES[:2])
+    recorded = recorded_for(items)
+    new_sweep(engine, candidates).run(ReplayMeasurer(recorded), items)
+    faster = {k: (dict(v, median_us=v["median_us"] / 2) if k[0] == "copy" else v) for k, v in recorded.items()}
+    runner = ReplayMeasurer(faster)
+    summary = Sweep(engine, GPU, ENV, "cold", candidates, command="test", recopy=True).run(runner, items)
+    assert sorted(i.identity for i in runner.calls) == sorted(i.identity for i in items if i.kind == "copy")
+    assert summary.measured == 2
+    # a plain rerun afterwards measures nothing; the reports divide by the new copy times
+    assert new_sweep(engine, candidates).run(ReplayMeasurer(faster), items).measured == 0
+    with Session(engine) as session:
+        copies = {(r.m, r.n): r.copy_us for r in shape_reports(session, "h100")}  # shapes with a kernel
+        assert session.scalar(select(func.count()).select_from(CopyReference)) == 4
+    assert copies == {(1, 1024): 1024 / 1000 / 2}

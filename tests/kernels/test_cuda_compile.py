@@ -194,3 +194,20 @@ def test_cuda_variant_compiles_without_spills(module_name, class_name, arch):
                 f"{report.spill_loads} B spill loads, {report.registers} registers"
             )
     assert not problems, f"{variant.name} on sm_{arch}:\n" + "\n".join(problems)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ARCHS)
+def test_plain_copy_reference_compiles_without_spills(arch, tmp_path):
+    """The copy the speed-of-light reference times (kernels/cuda/plain_copy.py) is not a variant."""
+    from kernels.cuda import plain_copy
+
+    source = tmp_path / "plain_copy_refs.cu"
+    source.write_text(f'#include "{plain_copy.SOURCE}"\n\nvoid* refs[] = {{(void*)&plain_copy16<{plain_copy.UNROLL}>}};\n')
+    done = subprocess.run([NVCC, "-std=c++17", f"-arch=sm_{arch}", "-Xptxas", "-v", "-I", str(loader.SOURCE_DIR),
+                           "-cubin", "-o", str(tmp_path / "p.cubin"), str(source)],
+                          capture_output=True, text=True, timeout=NVCC_TIMEOUT_S)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    reports = parse_ptxas(log)
+    assert reports and not any(r.spill_stores or r.spill_loads for r in reports.values()), log

@@ -11,7 +11,7 @@ import pytest
 from kernels.base import SUPPORTED, KernelConfig, Resources
 from kernels.cuda.cluster_split import ClusterSplitCuda, row_capacity
 from kernels.cuda.common import CudaVariant
-from kernels.cuda.grid_split import GridSplitCuda, guaranteed_blocks_per_sm, rows_per_launch
+from kernels.cuda.grid_split import GridSplitCuda, guaranteed_blocks_per_sm, one_wave
 from kernels.cuda.smem_cache import (
     DEFAULT_LIMIT,
     H100_OPTIN,
@@ -249,17 +249,16 @@ def test_grid_split_holds_the_long_vocabularies_at_small_m():
             assert any(variant.supports(32, n, dtype, c) for c in fits) or (dtype == "fp32" and n > 131072)
 
 
-def test_grid_split_m_max_keeps_one_resident_launch_on_the_reference_gpu():
+def test_grid_split_m_max_keeps_sweeps_and_tables_to_one_wave_on_the_reference_gpu():
     variant = GridSplitCuda()
     for config in variant.all_configs():
         split, block, packs = int(config["split"]), int(config["block"]), int(config["packs"])
         resident = guaranteed_blocks_per_sm(block, packs) * 132
         m_max = variant.constraints(config, "fp16")["m_max"]
-        assert split <= resident  # one row always fits
+        assert split <= resident  # one row always fits: the ticketed regime beyond cannot deadlock
         assert m_max * split <= resident < (m_max + 1) * split
 
 
-def test_grid_split_rows_per_launch_never_exceeds_the_resident_blocks():
-    assert rows_per_launch(blocks_per_sm=6, sm_count=132, split=128) == 6
-    assert rows_per_launch(blocks_per_sm=2, sm_count=132, split=8) == 33
-    assert rows_per_launch(blocks_per_sm=1, sm_count=58, split=128) == 1  # launched one row at a time
+def test_grid_split_one_wave_is_all_blocks_resident_at_once():
+    assert one_wave(6, 128, 6 * 128) and not one_wave(7, 128, 6 * 128)
+    assert one_wave(33, 8, 2 * 132) and not one_wave(34, 8, 2 * 132)

@@ -1,6 +1,7 @@
 """GPU checks specific to cuda_grid_split's epoch-tagged slots: launch after launch (different M,
 configs sharing one S, CUDA-graph replays) every block of a row waits for this launch's pairs, rows
-beyond one resident wave go as several launches, and torch's edge rows come out right. The general float64 suite (test_variants_gpu.py) covers
+beyond one resident wave take their works from the ticket counter in one launch (which is back to 0
+after it), and torch's edge rows come out right. The general float64 suite (test_variants_gpu.py) covers
 every config at the shapes it declares."""
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def test_repeated_launches_and_more_rows_than_one_wave(config, dtype):
     variant = variant_or_skip()
     n = 50257  # odd: head and tail scalars beside the vectors
     build = variant.build(config, dtype, n)
-    for m in (1, 3, 200):  # 200 rows exceed one resident launch for both configs
+    for m in (1, 3, 200, 2):  # 200 rows exceed one resident wave for both configs: tickets
         for _ in range(3):  # each launch moves the row's slots to the next epoch
             x = random_input(m, n, dtype)
             out = fresh_output(x)
@@ -105,3 +106,24 @@ def test_configs_sharing_one_split_share_the_slots(dtype):
         torch.cuda.synchronize()
         result = check_softmax(out, x, dtype)
         assert result.ok, f"step {step} M={m}: {result.message}"
+
+
+@pytest.mark.parametrize(("config", "dtype", "m", "n"), [
+    (KernelConfig.of(split=8, block=512, packs=8), "fp16", 128, 262144),
+    (KernelConfig.of(split=16, block=256, packs=8), "bf16", 300, 262144),
+    (KernelConfig.of(split=32, block=256, packs=4), "fp32", 129, 131072),
+], ids=str)
+def test_ticketed_launches_of_many_rows_alternate_with_one_wave_launches(config, dtype, m, n):
+    import torch
+
+    variant = variant_or_skip()
+    build = variant.build(config, dtype, n)
+    for rows in (m, 1, m, 3, m):  # the ticketed and the one-wave regime on the same slots
+        x = random_input(rows, n, dtype)
+        out = fresh_output(x)
+        build.launch(x, out)
+        torch.cuda.synchronize()
+        result = check_softmax(out, x, dtype)
+        assert result.ok, f"{config} M={rows}: {result.message}"
+    counters = list(variant._tickets.values())
+    assert counters and all(int(c.item()) == 0 for c in counters)
