@@ -10,8 +10,10 @@ path is kept short. Compiled builds are cached per (variant, config, dtype, N) a
 - A plan replays its build's launches (``_replay_code``): when it is made, the build's
   ``launch(x, out)`` is recorded by the CUDA and Triton launch layers, and where that is safe (every
   launch recorded, no workspace pointer, no torch op, two recordings alike) the plan issues those
-  launches itself with only the two data pointers and the stream filled in per call. Otherwise (and
-  for pointers not 16-byte aligned, or with a Triton launch hook registered) it calls ``launch``.
+  launches itself with only the two data pointers and the stream filled in per call. A buffer a
+  kernel keeps per stream (``cuda_grid_split``'s slots) is replayed as recorded while the current
+  stream is the recorded one. Otherwise (and for pointers not 16-byte aligned, another stream there,
+  or with a Triton launch hook registered) it calls ``launch``.
 - Everything else (another dim or rank, a non-contiguous tensor, a first call, M or N = 0, CPU
   tensors) goes through ``_softmax_impl``: validate, lay the rows out as a 2-D contiguous tensor, make
   the plan. CPU tensors are handed to ``torch.softmax`` (no kernel of ours runs there).
@@ -163,7 +165,8 @@ def _replay_code(launch: Callable[[Any, Any], None], rows: Any, out: Any) -> Rep
 
     Safe means: every launch went through a layer that records it (``loader.KernelLauncher``,
     Triton's ``Launcher`` fast path), no torch operation ran beside them, every pointer argument is
-    the input's or the output's (no workspace, whose address can change), and two recordings agree
+    the input's, the output's or a buffer of the recorded stream (``loader.register_stream_buffer``,
+    then guarded on that stream; no workspace, whose address can change), and two recordings agree
     (the launches are a function of the device, shape, dtype and pointer alignment, which is what a
     plan is kept for). Both pointers must be 16-byte aligned, as they are at each replay."""
     xp, op = rows.data_ptr(), out.data_ptr()

@@ -389,6 +389,18 @@ def launch(function: Any, grid: tuple[int, ...], block: tuple[int, ...], args: t
 # --- recording and replay -------------------------------------------------------------------------
 # kernels.launch_record: ``recording(calls)`` (re-exported here) collects this layer's launch records.
 
+# Buffers a variant keeps for one stream and never frees (cuda_grid_split's slots and ticket
+# counter): pointer -> raw stream handle. A replay may pass such a pointer as recorded while the
+# current stream is that stream (the launch would pass the same one); any other pointer besides x
+# and out makes a launch unsafe to replay.
+_stream_buffers: dict[int, int] = {}
+
+
+def register_stream_buffer(pointer: int, stream: int) -> None:
+    """Declare ``pointer`` a buffer owned by ``stream`` for as long as the process runs: launches
+    on that stream always pass it, so a replay guarded on the stream may keep it."""
+    _stream_buffers[int(pointer)] = int(stream)
+
 
 class CudaLaunch:
     """One cuLaunchKernel call as a ``KernelLauncher`` issued it: the launcher, the device and its
@@ -419,18 +431,27 @@ class CudaLaunch:
         bx, by, bz = self.launcher.block
         _launch_kernel(self.handle, *self.grid, bx, by, bz, self.shared_mem, self.stream, self._prepacked.params, 0)
 
-    def bind_code(self, x_ptr: int, out_ptr: int, tag: str) -> tuple[None, list[str], dict[str, Any]] | None:
-        """This launch as code for a generated replay: (guard, statements, names); no guard. The
-        statements pack the arguments, ``xp`` for pointer ``x_ptr`` and ``op`` for ``out_ptr``, into
-        the calling thread's buffer and launch on ``stream``. Names carry ``tag`` so several launches
-        share one function. None where the launch uses any other pointer (a workspace: its address
-        may change, so replaying it is not safe)."""
+    def bind_code(self, x_ptr: int, out_ptr: int, tag: str) -> tuple[str | None, list[str], dict[str, Any]] | None:
+        """This launch as code for a generated replay: (guard, statements, names). The statements
+        pack the arguments, ``xp`` for pointer ``x_ptr`` and ``op`` for ``out_ptr``, into the calling
+        thread's buffer and launch on ``stream``. Names carry ``tag`` so several launches share one
+        function. A pointer registered as the recorded stream's buffer (``register_stream_buffer``)
+        stays as recorded, under the guard that the current stream is that one (no guard
+        otherwise). None where the launch uses any other pointer (a workspace: its address may
+        change, so replaying it is not safe)."""
         args, names = [], {}
+        guard = None
         for index, (kind, value) in enumerate(zip(self.launcher.kinds, self.args)):
             if kind == "P" and value == x_ptr:
                 args.append("xp")
             elif kind == "P" and value == out_ptr:
                 args.append("op")
+            elif kind == "P" and value == 0:  # a null pointer (an optional buffer not used)
+                args.append("0")
+            elif kind == "P" and _stream_buffers.get(value) == self.stream:
+                args.append(f"c{index}{tag}")
+                names[f"c{index}{tag}"] = value
+                guard = f"raw_stream(DEVICE) == {self.stream}"
             elif kind == "P":
                 return None
             else:
@@ -449,13 +470,14 @@ class CudaLaunch:
             f"launch_kernel{tag}({self.handle}, {gx}, {gy}, {gz}, {bx}, {by}, {bz}, {self.shared_mem}, stream, "
             f"buffer{tag}.params, 0)",
         ]
-        return None, statements, names
+        return guard, statements, names
 
     def bind(self, x_ptr: int, out_ptr: int) -> Any:
         """``fn(xp, op, stream)``: this launch with new pointers on ``stream``; None as for
-        ``bind_code``."""
+        ``bind_code``, and for a launch that keeps a stream's buffer (it is only valid on that
+        stream, which ``fn`` could not check)."""
         code = self.bind_code(x_ptr, out_ptr, "")
-        if code is None:
+        if code is None or code[0] is not None:
             return None
         _, statements, names = code
         source = "\n".join(["def bound(xp, op, stream):", *(f"    {line}" for line in statements)])

@@ -281,3 +281,48 @@ def test_numpy_uint64_arguments_are_pointers_a_replay_binds_or_refuses(fake_laun
     x = torch.randn(2, 4)
     y = plan(x)
     assert fake_launches.driver.calls[-1] == (0xBEEF, 4, 0x77, (x.data_ptr(), y.data_ptr(), 2, 4))
+
+
+def test_a_stream_buffer_is_replayed_as_recorded_only_on_its_stream(fake_launches, monkeypatch):
+    """cuda_grid_split's slots and ticket counter belong to one stream (loader.register_stream_buffer):
+    a plan keeps them, with a null pointer, while the current stream is the recorded one, and
+    otherwise launches through the build (which picks that stream's buffers)."""
+    import types
+
+    import numpy as np
+
+    loader = fake_launches.loader
+
+    class Function:
+        kernel = types.SimpleNamespace(ptr=0xFACE)
+
+    function = Function()
+    slots = torch.zeros(8)
+    monkeypatch.setattr(loader, "_generic", {})
+    monkeypatch.setattr(loader, "_stream_buffers", {})
+    loader.register_stream_buffer(slots.data_ptr(), 0x5000)  # the fixture's recording stream
+    built = []
+
+    def grid_split_like(x, out):
+        built.append(x.data_ptr())
+        loader.launch(function, (4,), (128,), (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()),
+                                              np.uint64(slots.data_ptr()), np.uint64(0), np.int64(x.shape[1])))
+
+    rows, out = torch.zeros(2, 4), torch.zeros(2, 4)
+    replay = runtime._replay_code(grid_split_like, rows, out)
+    assert replay is not None and replay[0] == ["raw_stream(DEVICE) == 20480"]
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    stream = {"now": 0x5000}
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: stream["now"], raising=False)
+    plan = runtime._make_plan(0, grid_split_like, replay)
+    x = torch.randn(2, 4)
+    calls_before = len(built)
+    y = plan(x)
+    assert len(built) == calls_before  # replayed, not launched through the build
+    # (the fake driver reads the first four parameters)
+    assert fake_launches.driver.calls[-1] == (0xFACE, 4, 0x5000, (x.data_ptr(), y.data_ptr(), slots.data_ptr(), 0))
+    stream["now"] = 0x6000  # another stream: the build's own launch
+    plan(x)
+    assert len(built) == calls_before + 1
+    loader.register_stream_buffer(slots.data_ptr(), 0x6000)  # now another stream's buffer
+    assert runtime._replay_code(grid_split_like, rows, out) is None  # recorded on 0x5000: unsafe
