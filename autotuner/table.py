@@ -73,6 +73,13 @@ def admits(constraints: Mapping[str, int], m: int, n: int) -> bool:
     return constraints.get("m_min", 0) <= m <= constraints.get("m_max", m)
 
 
+def _limits_of(constraints: Mapping[str, int]) -> tuple[int, int, int, int, int]:
+    """(n_min, n_max, n_multiple_of, m_min, m_max) with ``admits``' defaults for absent limits."""
+    unbounded = 2**63
+    return (constraints.get("n_min", 1), constraints.get("n_max", unbounded), constraints.get("n_multiple_of", 1),
+            constraints.get("m_min", 0), constraints.get("m_max", unbounded))
+
+
 def alignment_class(n: int) -> int:
     """N classes kept apart by the interpolation: vectorised kernels behave differently on them."""
     return 0 if n % 8 == 0 else 1
@@ -100,6 +107,11 @@ class DispatchTable:
         self._by_class: dict[int, list[dict[str, Any]]] = {}
         for point in self.points:
             self._by_class.setdefault(alignment_class(point["n"]), []).append(point)
+        # each class's N range (_class_points) and each candidate's limits as plain ints (admissible):
+        # a first lookup of a shape is on the dispatch path, so its per-call work is kept small
+        self._class_span = {cls: (min(p["n"] for p in same), max(p["n"] for p in same))
+                            for cls, same in self._by_class.items()}
+        self._limits = [_limits_of(c.get("constraints", {})) for c in self.candidates]
         self._layouts: dict[int, _Layout] = {}
         self._log_regret: dict[tuple[int, int], tuple[float | None, ...]] = {}
         if self.rule == "local-regret":
@@ -115,7 +127,9 @@ class DispatchTable:
         return (self.gpu, self.dtype, self.timing_method)
 
     def admissible(self, m: int, n: int) -> list[int]:
-        return [i for i, c in enumerate(self.candidates) if admits(c.get("constraints", {}), m, n)]
+        """Indexes of the candidates whose constraints admit (m, n) (``admits``, precomputed)."""
+        return [i for i, (n_min, n_max, multiple, m_min, m_max) in enumerate(self._limits)
+                if n_min <= n <= n_max and not n % multiple and m_min <= m <= m_max]
 
     def lookup(self, m: int, n: int) -> Pick | None:
         """The candidate this table chooses for (m, n), or None if no admissible candidate has data."""
@@ -141,9 +155,9 @@ class DispatchTable:
     def _class_points(self, n: int) -> tuple[int, list[dict[str, Any]]]:
         """(alignment class, its points), or (-1, all points): see :meth:`_points_for`."""
         cls = alignment_class(n)
-        same = self._by_class.get(cls)
-        if same and min(p["n"] for p in same) <= n <= max(p["n"] for p in same):
-            return cls, same
+        span = self._class_span.get(cls)
+        if span is not None and span[0] <= n <= span[1]:
+            return cls, self._by_class[cls]
         return -1, self.points
 
     def neighbours(self, m: int, n: int) -> list[tuple[tuple[int, int], float]]:
@@ -153,14 +167,17 @@ class DispatchTable:
         if layout is None:
             layout = self._layouts[key] = _Layout(points)
         weights: dict[tuple[int, int], float] = {}
-        for lines, keys, across, along, swap in ((layout.rows, layout.row_keys, m, n, False),
-                                                 (layout.cols, layout.col_keys, n, m, True)):
+        logs = layout.log2
+        log_m, log_n = _log2(m), _log2(n)
+        for lines, keys, across, along, log_across, log_along, swap in (
+                (layout.rows, layout.row_keys, m, n, log_m, log_n, False),
+                (layout.cols, layout.col_keys, n, m, log_n, log_m, True)):
             usable = [k for k in keys if lines[k][0] <= along <= lines[k][-1]]
             if not usable:
                 continue
             part: dict[tuple[int, int], float] = {}
-            for line, line_weight in _clamped_bracket(usable, across):
-                for value, weight in _clamped_bracket(lines[line], along):
+            for line, line_weight in _log_bracket(usable, across, log_across, logs):
+                for value, weight in _log_bracket(lines[line], along, log_along, logs):
                     corner = (value, line) if swap else (line, value)
                     part[corner] = part.get(corner, 0.0) + line_weight * weight
             total = sum(part.values())
@@ -173,18 +190,27 @@ class DispatchTable:
     def _local_regret(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
         stencil = self.neighbours(m, n)
         rows = [(self._log_regret[corner], weight) for corner, weight in stencil]
-        pool = [i for i in allowed if any(r[i] is not None for r, _ in rows)]
+        # one pass over candidates x neighbours: the pool (measured at some neighbour), each one's
+        # weighted mean log regret, and whether every pool candidate is measured at every neighbour
+        pool: list[int] = []
+        theta: dict[int, float] = {}
+        complete = True
+        for i in allowed:
+            total, measured = 0.0, 0
+            for regrets, weight in rows:
+                value = regrets[i]
+                if value is not None:
+                    total += weight * value
+                    measured += 1
+            if measured:
+                pool.append(i)
+                theta[i] = total
+                complete = complete and measured == len(rows)
         if not pool:
             return self._nearest(m, n, allowed)
-        theta: dict[int, float] = {}
-        if all(regrets[i] is not None for regrets, _ in rows for i in pool):
-            # every candidate measured at every neighbour: the neighbour effects shift all candidates
-            # alike, so the first pass's weighted means already order them (weights sum to 1)
-            for i in pool:
-                theta[i] = sum(weight * regrets[i] for regrets, weight in rows)
-            passes = 0
-        else:
-            passes = FIT_PASSES
+        # complete: the neighbour effects shift all candidates alike, so these weighted means (weights
+        # sum to 1) already order them; otherwise alternate candidate and neighbour effects
+        passes = 0 if complete else FIT_PASSES
         offset = [0.0] * len(rows)  # mu[p]
         for _ in range(passes):
             for i in pool:
@@ -260,14 +286,22 @@ class _Layout:
                 values.sort()
         self.row_keys = sorted(self.rows)
         self.col_keys = sorted(self.cols)
+        self.log2 = {v: _log2(v) for v in (*self.row_keys, *self.col_keys)}  # for _log_bracket
 
 
-def _clamped_bracket(values: Sequence[int], x: int) -> list[tuple[int, float]]:
-    """The values around x with linear weights in log2 space; the end value if x is outside."""
-    low, high, weight = _bracket(values, x)
-    if low == high or weight == 0.0:
-        return [(low, 1.0)]
-    return [(low, 1.0 - weight), (high, weight)]
+def _log_bracket(values: Sequence[int], x: int, log_x: float, logs: Mapping[int, float]) -> list[tuple[int, float]]:
+    """The values around x with linear weights in log2 space (the end value if x is outside); the
+    log2 of x and of every value are given, since this is on the first-lookup path."""
+    if x <= values[0]:
+        return [(values[0], 1.0)]
+    if x >= values[-1]:
+        return [(values[-1], 1.0)]
+    upper = bisect.bisect_left(values, x)
+    lo, hi = values[upper - 1], values[upper]
+    if hi == x:
+        return [(hi, 1.0)]
+    weight = (log_x - logs[lo]) / (logs[hi] - logs[lo])
+    return [(lo, 1.0 - weight), (hi, weight)]
 
 
 def _fastest(times: Sequence[float | None], allowed: Iterable[int]) -> int | None:
