@@ -145,7 +145,9 @@ def test_ctrl_c_on_two_devices_stops_cleanly_without_false_fault_rows(tmp_path, 
     fault because its worker was interrupted, and the rerun completes the grid."""
     reference_db, _ = reference
     db = tmp_path / "interrupted.sqlite"
-    process = start_sweep(db, "--devices", "all", pause_s=0.03)
+    # 0.1 s per item: the grid's 152 items take ~8 s on two fake devices, so Ctrl-C lands mid-sweep
+    # even when a loaded machine delays the row count (at 0.03 s the sweep could finish first)
+    process = start_sweep(db, "--devices", "all", pause_s=0.1)
     try:
         deadline = time.monotonic() + 240
         while row_count(db) < 20 and process.poll() is None and time.monotonic() < deadline:
