@@ -32,7 +32,14 @@ def start_sweep(db: Path, *extra: str, pause_s: float = 0.01) -> subprocess.Pope
            "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-m", "autotuner", "sweep", "--gpu", "h100", "--db", str(db), *GRID, *FAKE,
                              *extra], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    """In the child: SIGINT back to its default action. A test run started as a background job of a
+    non-interactive shell inherits SIGINT ignored, and the sweep would then ignore the Ctrl-C test's
+    signal and finish."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def finish(process: subprocess.Popen, timeout_s: float = 300) -> str:
@@ -145,9 +152,7 @@ def test_ctrl_c_on_two_devices_stops_cleanly_without_false_fault_rows(tmp_path, 
     fault because its worker was interrupted, and the rerun completes the grid."""
     reference_db, _ = reference
     db = tmp_path / "interrupted.sqlite"
-    # 0.1 s per item: the grid's 152 items take ~8 s on two fake devices, so Ctrl-C lands mid-sweep
-    # even when a loaded machine delays the row count (at 0.03 s the sweep could finish first)
-    process = start_sweep(db, "--devices", "all", pause_s=0.1)
+    process = start_sweep(db, "--devices", "all", pause_s=0.03)
     try:
         deadline = time.monotonic() + 240
         while row_count(db) < 20 and process.poll() is None and time.monotonic() < deadline:
