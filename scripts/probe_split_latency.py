@@ -1,0 +1,69 @@
+"""Diagnostic: where a one-row split softmax spends its time over a copy at M = 1 (fp32, H100).
+Times, with the sweep's cold-L2 timer, the kernels of ``probe_split_latency.cu`` (a copy with the
+same grid, then local stats, then the slot store, then the full exchange, also with the slot lines
+prefetched into L2), the registered
+``cuda_grid_split`` and the copy reference, for one row of 65536 and of 262144 floats split over 64
+blocks. The full exchange's output is checked against float64.
+Usage (on a GPU): python scripts/probe_split_latency.py
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from autotuner.measure import copy_reference
+from autotuner.timing import Timer
+from kernels import KernelConfig, get_variant
+from kernels.cuda import loader
+from kernels.reference import check_softmax, random_input
+
+SOURCE = Path(__file__).with_suffix(".cu")
+SPLIT = 64
+
+
+def kernel(expression: str):
+    function, _ = loader.get_function("probe_split_latency.cu", expression, code=SOURCE.read_text())
+    return function
+
+
+def main() -> None:
+    timer = Timer("cold", time_cap_s=0.3)
+    slots = torch.zeros(2 * SPLIT, dtype=torch.int64, device="cuda")
+    epoch = [0]
+    for per_thread in (1, 4):
+        n = SPLIT * 256 * per_thread * 4
+        x = random_input(1, n, "fp32")
+        out = torch.empty_like(x)
+        row = {"n": n, "copy_reference_us": copy_reference(timer, x, out).median_us}
+        copy = kernel(f"copy_p<{per_thread}>")
+        row["same_grid_copy_us"] = timer.time(lambda: loader.launch(
+            copy, (SPLIT, 1, 1), (256, 1, 1), (np.uint64(x.data_ptr()), np.uint64(out.data_ptr())))).median_us
+        for mode, label in ((0, "local_stats_us"), (1, "plus_slot_store_us"), (2, "full_exchange_us"),
+                            (3, "full_exchange_prefetched_us")):
+            split = kernel(f"split_p<{per_thread}, {mode}>")
+
+            def launch() -> None:
+                epoch[0] += 1
+                loader.launch(split, (SPLIT, 1, 1), (256, 1, 1), (
+                    np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.uint64(slots.data_ptr()),
+                    np.int32(SPLIT), np.uint32(epoch[0])))
+
+            row[label] = timer.time(launch).median_us
+            if mode >= 2:
+                launch()
+                torch.cuda.synchronize()
+                row[f"mode{mode}_ok"] = check_softmax(out, x, "fp32").ok
+        for key in ("split=64,block=256,packs=4", "split=16,block=256,packs=8", "split=32,block=256,packs=4"):
+            config = KernelConfig.from_key(key)
+            variant = get_variant("cuda_grid_split")
+            if variant.supports(1, n, "fp32", config):
+                build = variant.build(config, "fp32", n)
+                row[f"grid_split[{key}]_us"] = timer.time(lambda: build.launch(x, out)).median_us
+        print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
