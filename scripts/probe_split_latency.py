@@ -29,6 +29,36 @@ def kernel(expression: str):
     return function
 
 
+def timeline(per_thread: int, x, out, slots, epoch, timer) -> dict:
+    """Per-block %globaltimer stamps of the full exchange after a cold-L2 flush, as spreads (ns):
+    block starts (last - first), row loaded, pair published, exchange done (each relative to the
+    first block's start), median over 50 launches."""
+    import statistics
+
+    stamp_kernel = kernel(f"timeline_p<{per_thread}>")
+    stamps = torch.zeros(5 * SPLIT, dtype=torch.int64, device="cuda")
+    samples: dict[str, list[float]] = {}
+    for _ in range(50):
+        timer._flush()
+        epoch[0] += 1
+        loader.launch(stamp_kernel, (SPLIT, 1, 1), (256, 1, 1), (
+            np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.uint64(slots.data_ptr()),
+            np.int32(SPLIT), np.uint32(epoch[0]), np.uint64(stamps.data_ptr())))
+        torch.cuda.synchronize()
+        t = stamps.view(SPLIT, 5).cpu().numpy().astype(np.float64)
+        first = t[:, 0].min()
+        figures = {
+            "start_spread_ns": t[:, 0].max() - first,
+            "last_loaded_ns": t[:, 1].max() - first, "first_loaded_ns": t[:, 1].min() - first,
+            "last_published_ns": t[:, 2].max() - first,
+            "first_exchange_done_ns": t[:, 3].min() - first, "last_exchange_done_ns": t[:, 3].max() - first,
+            "last_stored_ns": t[:, 4].max() - first,
+        }
+        for key, value in figures.items():
+            samples.setdefault(key, []).append(value)
+    return {key: statistics.median(values) for key, values in samples.items()}
+
+
 def main() -> None:
     timer = Timer("cold", time_cap_s=0.3)
     slots = torch.zeros(2 * SPLIT, dtype=torch.int64, device="cuda")
@@ -56,6 +86,7 @@ def main() -> None:
                 launch()
                 torch.cuda.synchronize()
                 row[f"mode{mode}_ok"] = check_softmax(out, x, "fp32").ok
+        row.update(timeline(per_thread, x, out, slots, epoch, timer))
         for key in ("split=64,block=256,packs=4", "split=16,block=256,packs=8", "split=32,block=256,packs=4"):
             config = KernelConfig.from_key(key)
             variant = get_variant("cuda_grid_split")
