@@ -65,16 +65,14 @@ class TableFormatError(ValueError):
 
 
 def admits(constraints: Mapping[str, int], m: int, n: int) -> bool:
-    """The data form of ``Variant.supports`` for one config (see ``kernels.base.check_constraints``)."""
-    if n < constraints.get("n_min", 1) or n > constraints.get("n_max", n):
-        return False
-    if n % constraints.get("n_multiple_of", 1):
-        return False
-    return constraints.get("m_min", 0) <= m <= constraints.get("m_max", m)
+    """The data form of ``Variant.supports`` for one config (see ``kernels.base.check_constraints``);
+    ``DispatchTable.admissible`` applies the same test to every candidate's precomputed limits."""
+    n_min, n_max, multiple, m_min, m_max = _limits_of(constraints)
+    return n_min <= n <= n_max and not n % multiple and m_min <= m <= m_max
 
 
 def _limits_of(constraints: Mapping[str, int]) -> tuple[int, int, int, int, int]:
-    """(n_min, n_max, n_multiple_of, m_min, m_max) with ``admits``' defaults for absent limits."""
+    """(n_min, n_max, n_multiple_of, m_min, m_max), absent limits as no limit."""
     unbounded = 2**63
     return (constraints.get("n_min", 1), constraints.get("n_max", unbounded), constraints.get("n_multiple_of", 1),
             constraints.get("m_min", 0), constraints.get("m_max", unbounded))
@@ -127,7 +125,8 @@ class DispatchTable:
         return (self.gpu, self.dtype, self.timing_method)
 
     def admissible(self, m: int, n: int) -> list[int]:
-        """Indexes of the candidates whose constraints admit (m, n) (``admits``, precomputed)."""
+        """Indexes of the candidates whose constraints admit (m, n): ``admits`` on the limits
+        precomputed per candidate (a first lookup is on the dispatch path)."""
         return [i for i, (n_min, n_max, multiple, m_min, m_max) in enumerate(self._limits)
                 if n_min <= n <= n_max and not n % multiple and m_min <= m <= m_max]
 

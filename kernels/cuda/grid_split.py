@@ -30,11 +30,9 @@ from kernels.base import Build, KernelConfig, cdiv
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
-from kernels.cuda.two_pass import vector_width
+from kernels.cuda.two_pass import MAX_GRID_X, MAX_ROW, vector_width
 
 REFERENCE_SMS = 132  # H100 SXM / H200: the declared m_max keeps sweeps and tables to one wave
-MAX_ROW = 2**31 - 1
-MAX_GRID_X = 2**31 - 1
 
 
 def guaranteed_blocks_per_sm(block: int, packs: int) -> int:

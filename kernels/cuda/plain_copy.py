@@ -8,12 +8,11 @@ from typing import Any
 
 from kernels.base import cdiv
 from kernels.cuda import loader
+from kernels.cuda.two_pass import MAX_GRID_X, VECTOR_BYTES
 
 SOURCE = "plain_copy.cu"
 THREADS = 256
 UNROLL = 4
-VECTOR_BYTES = 16
-MAX_GRID_X = 2**31 - 1
 
 
 def plain_copy_launcher() -> Any:
