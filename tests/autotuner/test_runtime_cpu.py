@@ -246,20 +246,21 @@ def test_plan_for_build_records_outside_graph_capture_only(fake_launches, monkey
     assert driver.calls[-1] == (0xC0DE, 2, 0x5000 if capturing else 0x99, (rows.data_ptr(), out.data_ptr(), 2, 3))
 
 
+def _raw_kernel(handle):
+    """A CuPy RawKernel as the loader sees it: hashable, its CUfunction on ``.kernel.ptr``."""
+    import types
+
+    return type("RawKernel", (), {"kernel": types.SimpleNamespace(ptr=handle)})()
+
+
 def test_numpy_uint64_arguments_are_pointers_a_replay_binds_or_refuses(fake_launches, monkeypatch):
     """Launches through ``loader.launch`` pass pointers as numpy.uint64 (split_row, grid_split). A
     replay must bind x / out to the new tensors and refuse one that also uses another pointer (the
     grid-split slots, a workspace): the H100 caught grid_split replays writing to the recorded out."""
-    import types
-
     import numpy as np
 
     loader = fake_launches.loader
-
-    class Function:  # a CuPy RawKernel as the loader sees it: hashable, its CUfunction on .kernel
-        kernel = types.SimpleNamespace(ptr=0xBEEF)
-
-    function = Function()
+    function = _raw_kernel(0xBEEF)
     slots = torch.zeros(8)
     monkeypatch.setattr(loader, "_generic", {})
 
@@ -287,16 +288,10 @@ def test_a_stream_buffer_is_replayed_as_recorded_only_on_its_stream(fake_launche
     """cuda_grid_split's slots and ticket counter belong to one stream (loader.register_stream_buffer):
     a plan keeps them, with a null pointer, while the current stream is the recorded one, and
     otherwise launches through the build (which picks that stream's buffers)."""
-    import types
-
     import numpy as np
 
     loader = fake_launches.loader
-
-    class Function:
-        kernel = types.SimpleNamespace(ptr=0xFACE)
-
-    function = Function()
+    function = _raw_kernel(0xFACE)
     slots = torch.zeros(8)
     monkeypatch.setattr(loader, "_generic", {})
     monkeypatch.setattr(loader, "_stream_buffers", {})

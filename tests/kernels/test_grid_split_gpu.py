@@ -32,21 +32,26 @@ def fresh_output(x):
     return torch.full_like(x, float("nan"))
 
 
+def launched_on_random_rows(build, m, n, dtype):
+    """The float64 check of one launch of ``build`` on fresh random (m, n) rows, output poisoned."""
+    import torch
+
+    x = random_input(m, n, dtype)
+    out = fresh_output(x)
+    build.launch(x, out)
+    torch.cuda.synchronize()
+    return check_softmax(out, x, dtype)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
 def test_repeated_launches_and_more_rows_than_one_wave(config, dtype):
-    import torch
-
     variant = variant_or_skip()
     n = 50257  # odd: head and tail scalars beside the vectors
     build = variant.build(config, dtype, n)
     for m in (1, 3, 200, 2):  # 200 rows exceed one resident wave for both configs: tickets
         for _ in range(3):  # each launch moves the row's slots to the next epoch
-            x = random_input(m, n, dtype)
-            out = fresh_output(x)
-            build.launch(x, out)
-            torch.cuda.synchronize()
-            result = check_softmax(out, x, dtype)
+            result = launched_on_random_rows(build, m, n, dtype)
             assert result.ok, f"{config} M={m}: {result.message}"
 
 
@@ -93,18 +98,12 @@ def test_cuda_graph_replays():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_configs_sharing_one_split_share_the_slots(dtype):
-    import torch
-
     variant = variant_or_skip()
     n = 131072
     builds = [variant.build(KernelConfig.of(split=64, block=b, packs=p), dtype, n) for b, p in ((256, 4), (512, 2))]
     for step in range(6):  # alternate configs and row counts on one slot array
         m = (1, 5, 2)[step % 3]
-        x = random_input(m, n, dtype)
-        out = fresh_output(x)
-        builds[step % 2].launch(x, out)
-        torch.cuda.synchronize()
-        result = check_softmax(out, x, dtype)
+        result = launched_on_random_rows(builds[step % 2], m, n, dtype)
         assert result.ok, f"step {step} M={m}: {result.message}"
 
 
@@ -114,16 +113,10 @@ def test_configs_sharing_one_split_share_the_slots(dtype):
     (KernelConfig.of(split=32, block=256, packs=4), "fp32", 129, 131072),
 ], ids=str)
 def test_ticketed_launches_of_many_rows_alternate_with_one_wave_launches(config, dtype, m, n):
-    import torch
-
     variant = variant_or_skip()
     build = variant.build(config, dtype, n)
     for rows in (m, 1, m, 3, m):  # the ticketed and the one-wave regime on the same slots
-        x = random_input(rows, n, dtype)
-        out = fresh_output(x)
-        build.launch(x, out)
-        torch.cuda.synchronize()
-        result = check_softmax(out, x, dtype)
+        result = launched_on_random_rows(build, rows, n, dtype)
         assert result.ok, f"{config} M={rows}: {result.message}"
     counters = list(variant._tickets.values())
     assert counters and all(int(c.item()) == 0 for c in counters)
