@@ -6,8 +6,8 @@
 //   split_p<P, 1>:    + the block's pair stored to its slot (not waited for)
 //   split_p<P, 2>:    + wait until all S slots carry this launch's epoch, merge them (a full exchange)
 //   split_p<P, 3>:    the same, the row's slot lines prefetched into L2 while the row loads
-//   timeline_p<P>:    the full exchange, recording per block (%globaltimer, ns) its start, its row
-//                     loaded, its pair published, the exchange done and its stores issued
+// With `stamps` not null, every block records (%globaltimer, ns) its start, its row loaded (thread
+// 0's loads arrived), its pair published, the exchange done and its stores issued: 5 per block.
 #define PROBE_NEG_INF __int_as_float(0xff800000)
 
 __device__ __forceinline__ float2 merge_pair(float2 a, float2 b) {
@@ -28,6 +28,12 @@ __device__ __forceinline__ float2 block_pair(float2 v, float2* scratch) {
     return v;
 }
 
+__device__ __forceinline__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 template <int P>
 __global__ void __launch_bounds__(256) copy_p(const float4* __restrict__ x, float4* __restrict__ y) {
     const int base = blockIdx.x * 256 * P + threadIdx.x;
@@ -40,9 +46,12 @@ __global__ void __launch_bounds__(256) copy_p(const float4* __restrict__ x, floa
 
 template <int P, int MODE>
 __global__ void __launch_bounds__(256) split_p(const float4* __restrict__ x, float4* __restrict__ y,
-                                               unsigned long long* __restrict__ slots, int S, unsigned epoch) {
+                                               unsigned long long* __restrict__ slots, int S, unsigned epoch,
+                                               unsigned long long* __restrict__ stamps) {
     __shared__ float2 scratch[8];
     __shared__ float2 total;
+    const bool timed = stamps != nullptr && threadIdx.x == 0;
+    unsigned long long times[5] = {timed ? now_ns() : 0ull, 0ull, 0ull, 0ull, 0ull};
     const int base = blockIdx.x * 256 * P + threadIdx.x;
     float4 v[P];
 #pragma unroll
@@ -53,6 +62,7 @@ __global__ void __launch_bounds__(256) split_p(const float4* __restrict__ x, flo
     float m = PROBE_NEG_INF;
 #pragma unroll
     for (int p = 0; p < P; ++p) m = fmaxf(fmaxf(fmaxf(m, v[p].x), fmaxf(v[p].y, v[p].z)), v[p].w);
+    if (timed) times[1] = now_ns();  // m depends on thread 0's loads
     float s = 0.0f;
 #pragma unroll
     for (int p = 0; p < P; ++p) s += __expf(v[p].x - m) + __expf(v[p].y - m) + __expf(v[p].z - m) + __expf(v[p].w - m);
@@ -61,6 +71,7 @@ __global__ void __launch_bounds__(256) split_p(const float4* __restrict__ x, flo
         const unsigned long long tag = static_cast<unsigned long long>(epoch) << 32;
         asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(slots + 2 * blockIdx.x), "l"(tag | __float_as_uint(mine.x)) : "memory");
         asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(slots + 2 * blockIdx.x + 1), "l"(tag | __float_as_uint(mine.y)) : "memory");
+        if (timed) times[2] = now_ns();
     }
     if (MODE >= 2) {
         if (threadIdx.x < 32) {
@@ -78,6 +89,7 @@ __global__ void __launch_bounds__(256) split_p(const float4* __restrict__ x, flo
                 acc = merge_pair(acc, other);
             }
             if (threadIdx.x == 0) total = acc;
+            if (timed) times[3] = now_ns();
         }
         __syncthreads();
         mine = total;
@@ -90,71 +102,9 @@ __global__ void __launch_bounds__(256) split_p(const float4* __restrict__ x, flo
         o.z = __expf(v[p].z - mine.x) * inv; o.w = __expf(v[p].w - mine.x) * inv;
         y[base + p * 256] = o;
     }
+    if (timed) {
+        times[4] = now_ns();
+        for (int i = 0; i < 5; ++i) stamps[5 * blockIdx.x + i] = times[i];
+    }
 }
 
-__device__ __forceinline__ unsigned long long now_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-template <int P>
-__global__ void __launch_bounds__(256) timeline_p(const float4* __restrict__ x, float4* __restrict__ y,
-                                                  unsigned long long* __restrict__ slots, int S, unsigned epoch,
-                                                  unsigned long long* __restrict__ stamps) {
-    __shared__ float2 scratch[8];
-    __shared__ float2 total;
-    const unsigned long long started = now_ns();
-    const int base = blockIdx.x * 256 * P + threadIdx.x;
-    float4 v[P];
-#pragma unroll
-    for (int p = 0; p < P; ++p) v[p] = x[base + p * 256];
-    float m = PROBE_NEG_INF;
-#pragma unroll
-    for (int p = 0; p < P; ++p) m = fmaxf(fmaxf(fmaxf(m, v[p].x), fmaxf(v[p].y, v[p].z)), v[p].w);
-    const unsigned long long loaded = now_ns();  // thread 0's loads have arrived (m depends on them)
-    float s = 0.0f;
-#pragma unroll
-    for (int p = 0; p < P; ++p) s += __expf(v[p].x - m) + __expf(v[p].y - m) + __expf(v[p].z - m) + __expf(v[p].w - m);
-    float2 mine = block_pair(make_float2(m, s), scratch);
-    unsigned long long published = 0, exchanged = 0;
-    if (threadIdx.x < 32) {
-        if (threadIdx.x == 0) {
-            const unsigned long long tag = static_cast<unsigned long long>(epoch) << 32;
-            asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(slots + 2 * blockIdx.x), "l"(tag | __float_as_uint(mine.x)) : "memory");
-            asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(slots + 2 * blockIdx.x + 1), "l"(tag | __float_as_uint(mine.y)) : "memory");
-        }
-        published = now_ns();
-        float2 acc = make_float2(PROBE_NEG_INF, 0.0f);
-        for (int i = threadIdx.x; i < S; i += 32) {
-            unsigned long long a, b;
-            do {
-                asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(a) : "l"(slots + 2 * i) : "memory");
-                asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(b) : "l"(slots + 2 * i + 1) : "memory");
-            } while (static_cast<unsigned>(a >> 32) != epoch || static_cast<unsigned>(b >> 32) != epoch);
-            acc = merge_pair(acc, make_float2(__uint_as_float(static_cast<unsigned>(a)), __uint_as_float(static_cast<unsigned>(b))));
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            float2 other = make_float2(__shfl_xor_sync(0xffffffffu, acc.x, o), __shfl_xor_sync(0xffffffffu, acc.y, o));
-            acc = merge_pair(acc, other);
-        }
-        if (threadIdx.x == 0) total = acc;
-        exchanged = now_ns();
-    }
-    __syncthreads();
-    mine = total;
-    const float inv = 1.0f / mine.y;
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-        float4 o;
-        o.x = __expf(v[p].x - mine.x) * inv; o.y = __expf(v[p].y - mine.x) * inv;
-        o.z = __expf(v[p].z - mine.x) * inv; o.w = __expf(v[p].w - mine.x) * inv;
-        y[base + p * 256] = o;
-    }
-    if (threadIdx.x == 0) {
-        const unsigned long long stored = now_ns();
-        unsigned long long* mine_stamps = stamps + 5 * blockIdx.x;
-        mine_stamps[0] = started; mine_stamps[1] = loaded; mine_stamps[2] = published;
-        mine_stamps[3] = exchanged; mine_stamps[4] = stored;
-    }
-}
