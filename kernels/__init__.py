@@ -36,7 +36,6 @@ _REGISTRY: tuple[tuple[str, str], ...] = (
     ("kernels.cuda.smem_cache", "SmemCacheMediumCuda"),
     ("kernels.cuda.smem_cache", "SmemCacheExtremeCuda"),
     ("kernels.cuda.cluster_split", "ClusterSplitCuda"),
-    ("kernels.cuda.cluster_stream", "ClusterStreamCuda"),
     ("kernels.cuda.grid_split", "GridSplitCuda"),
     # Triton
     ("kernels.triton_impl.fused_row", "TritonFusedRow"),

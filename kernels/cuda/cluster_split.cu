@@ -18,9 +18,35 @@
 //      from registers / shared memory, and wait on that barrier before exiting, so no block's
 //      shared memory is released while another block of the cluster may still read it.
 // The row is read from global memory once and written once, whatever M. Cluster operations are
-// inline PTX (cluster_common.cuh). fp32 accumulation; edge rows as torch.softmax.
+// inline PTX (no cooperative_groups header needed under NVRTC). fp32 accumulation; edge rows as
+// torch.softmax.
 #include "softmax_common.cuh"
-#include "cluster_common.cuh"
+
+namespace cluster {
+
+__device__ __forceinline__ unsigned rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ unsigned index_x() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// The float2 at `local`'s shared-memory offset in block `target` of this cluster.
+__device__ __forceinline__ float2 load_remote(const float2* local, unsigned target) {
+    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(target));
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    return v;
+}
+
+}  // namespace cluster
 
 template <typename T, int CLUSTER, int THREADS, int PACKS>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, smx::row_min_blocks(THREADS, 4 * PACKS, 32))

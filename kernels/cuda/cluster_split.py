@@ -8,17 +8,23 @@ block could not hold them.
 
 A config is (cluster, block, packs, smem): C blocks per row, threads per block, 16-byte vectors per
 thread in registers, and KB of shared memory per block for the rest of the share (0: registers
-only). The shared memory is sized from N at each launch. How clusters are compiled and launched
-(C = 16 included): ``kernels/cuda/clusters.py``.
+only). The shared memory is sized from N at each launch. C is compiled in (``__cluster_dims__``)
+so CuPy's ordinary launch forms the clusters. C = 16 is beyond the portable limit of 8: its build
+sets CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, and the launch fails (recorded by the
+sweep) where the GPU cannot co-schedule 16 blocks.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from kernels.base import KernelConfig
-from kernels.cuda.clusters import ClusterVariant
+from kernels.base import SUPPORTED, Build, KernelConfig, Support, unsupported
+from kernels.cuda import loader
+from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
 from kernels.cuda.two_pass import MAX_GRID_X, VECTOR_BYTES, vector_width
+
+PORTABLE_CLUSTER = 8
+CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # cuda.h, CUDA 12 and 13
 
 
 def row_capacity(cluster: int, block: int, packs: int, smem_kb: int, dtype: str) -> int:
@@ -35,11 +41,11 @@ def share_smem_bytes(cluster: int, block: int, packs: int, n: int, dtype: str) -
     return max(0, share - block * packs) * VECTOR_BYTES
 
 
-class ClusterSplitCuda(ClusterVariant):
+class ClusterSplitCuda(CudaVariant):
     name = "cuda_cluster_split"
     seed = "beyond-seeds"
     source = "cluster_split.cu"
-    headers = ("softmax_common.cuh", "cluster_common.cuh")
+    min_arch: ClassVar[int] = 90  # thread-block clusters and distributed shared memory
     description = (
         "C-block thread-block cluster per row, one launch: each block holds its share in registers "
         "(and shared memory), partial (max, sum) exchanged through distributed shared memory, row "
@@ -63,6 +69,20 @@ class ClusterSplitCuda(ClusterVariant):
         (2, 512, 8, 0), (2, 512, 8, 64),
         (16, 512, 8, 0),
     )
+
+    def available(self) -> Support:
+        ok = super().available()
+        if not ok:
+            return ok
+        import cupy
+
+        cc = int(cupy.cuda.Device().compute_capability)
+        if cc < self.min_arch:
+            return unsupported(
+                f"{self.name} needs compute capability {self.min_arch // 10}.{self.min_arch % 10} "
+                f"(thread-block clusters); this GPU is {cc // 10}.{cc % 10}"
+            )
+        return SUPPORTED
 
     def all_configs(self) -> list[KernelConfig]:
         return [KernelConfig.of(cluster=c, block=b, packs=p, smem=s) for c, b, p, s in self.CONFIGS]
@@ -97,3 +117,31 @@ class ClusterSplitCuda(ClusterVariant):
     def dynamic_smem(self, config: KernelConfig, dtype: str, n: int) -> int:
         cluster, block, packs, _ = self._shape(config)
         return share_smem_bytes(cluster, block, packs, n, dtype)
+
+    def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
+        function, seconds = loader.get_function(self.source, self.name_expression(config, dtype), code=self.source_code())
+        if int(config["cluster"]) > PORTABLE_CLUSTER:
+            allow_non_portable_cluster(function)
+        threads = self.threads(config)
+        resources = loader.resources_of(function, threads, self.dynamic_smem(config, dtype, n), compile_seconds=seconds)
+        return Build(self.name, config, dtype, self.make_launcher(function, config, dtype, threads), resources)
+
+    def make_launcher(self, function: Any, config: KernelConfig, dtype: str, threads: int):
+        launch_any = super().make_launcher(function, config, dtype, threads)
+        n_max = self.constraints(config, dtype)["n_max"]
+
+        def launch(x: Any, out: Any) -> None:
+            # The cluster holds n_max elements; a longer row would be left partly unwritten.
+            if x.shape[1] > n_max:
+                raise ValueError(f"{self.name} {config.key}: N={x.shape[1]} exceeds the row capacity {n_max}")
+            launch_any(x, out)
+
+        return launch
+
+
+def allow_non_portable_cluster(function: Any) -> None:
+    """Let a CuPy kernel compiled with __cluster_dims__ above 8 launch (cuFuncSetAttribute)."""
+    from cupy.cuda import driver
+
+    handle = loader.function_handle(function)
+    driver.funcSetAttribute(handle, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)

@@ -24,21 +24,17 @@ class CudaVariant(Variant):
     # Configs whose compile the project asserts spill-free (checked with nvcc -Xptxas -v in CI).
     spill_free: ClassVar[bool] = True
 
-    # Headers beside the sources that the kernel's file includes: part of its source hash, and
-    # inlined for NVRTC (which has no include path to them).
-    headers: ClassVar[tuple[str, ...]] = ("softmax_common.cuh",)
-
     def source_files(self) -> list[Path]:
         files = [loader.SOURCE_DIR / self.source]
-        return files + [loader.SOURCE_DIR / h for h in self.headers if (loader.SOURCE_DIR / h).exists()]
+        common = loader.SOURCE_DIR / "softmax_common.cuh"
+        return files + ([common] if common.exists() else [])
 
     def source_code(self) -> str:
-        """The text handed to NVRTC: the shared headers inlined."""
+        """The text handed to NVRTC: the shared header inlined (NVRTC has no include path to it)."""
         text = (loader.SOURCE_DIR / self.source).read_text()
-        for header in self.headers:
-            include = f'#include "{header}"'
-            if include in text:
-                text = text.replace(include, (loader.SOURCE_DIR / header).read_text())
+        include = '#include "softmax_common.cuh"'
+        if include in text:
+            text = text.replace(include, (loader.SOURCE_DIR / "softmax_common.cuh").read_text())
         return text
 
     def available(self) -> Support:
@@ -55,11 +51,6 @@ class CudaVariant(Variant):
 
     def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
         raise NotImplementedError
-
-    def launch_grid(self, function: Any, config: KernelConfig, dtype: str, m: int, n: int) -> tuple[int, int, int]:
-        """The grid of a launch on (m, n): ``grid``, unless it depends on the compiled kernel
-        (a persistent grid sized from the driver's occupancy figure). Worked out once per shape."""
-        return self.grid(config, m, n)
 
     def dynamic_smem(self, config: KernelConfig, dtype: str, n: int) -> int:
         return 0
@@ -96,8 +87,7 @@ class CudaVariant(Variant):
                 return None
             if len(shapes) >= _SHAPE_MEMO:
                 shapes.clear()
-            grid = self.launch_grid(function, config, dtype, m, n)
-            entry = shapes[shape] = (grid, self.dynamic_smem(config, dtype, n), m, n)
+            entry = shapes[shape] = (self.grid(config, m, n), self.dynamic_smem(config, dtype, n), m, n)
             return entry
 
         if default_args:

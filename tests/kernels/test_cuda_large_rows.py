@@ -10,13 +10,11 @@ import pytest
 
 from kernels.base import SUPPORTED, KernelConfig, Resources
 from kernels.cuda.cluster_split import ClusterSplitCuda, row_capacity
-from kernels.cuda.cluster_stream import ClusterStreamCuda, buffer_bytes
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.grid_split import GridSplitCuda, guaranteed_blocks_per_sm, one_wave
 from kernels.cuda.smem_cache import (
     DEFAULT_LIMIT,
     H100_OPTIN,
-    STATIC_RESERVE,
     SmemCacheExtremeCuda,
     SmemCacheMediumCuda,
     cache_bytes,
@@ -30,7 +28,7 @@ H100_SMS = 132
 
 def variants():
     return [TwoPassCuda(), SplitRowCuda(), SmemCacheMediumCuda(), SmemCacheExtremeCuda(H100_OPTIN), ClusterSplitCuda(),
-            GridSplitCuda(), ClusterStreamCuda()]
+            GridSplitCuda()]
 
 
 @pytest.mark.parametrize("variant", variants(), ids=lambda v: v.name)
@@ -240,77 +238,6 @@ def test_cluster_is_unavailable_without_cupy(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # `import cupy` raises ImportError
     support = ClusterSplitCuda().available()
     assert not support and "CuPy" in support.reason
-
-
-def test_cluster_stream_buffers_fit_one_block_at_every_declared_row():
-    variant = ClusterStreamCuda()
-    for dtype in DTYPES:
-        for config in variant.all_configs():
-            cluster, stages = int(config["cluster"]), int(config["stages"])
-            n_max = variant.constraints(config, dtype)["n_max"]
-            smem = variant.dynamic_smem(config, dtype, n_max)
-            assert smem == buffer_bytes(cluster, stages, n_max, dtype)
-            assert smem + STATIC_RESERVE <= H100_OPTIN  # every share of the longest row fits the opt-in
-            # one vector more per share would not fit: n_max is the real capacity
-            longer = n_max + cluster * vector_width(dtype)
-            assert buffer_bytes(cluster, stages, longer, dtype) + STATIC_RESERVE > H100_OPTIN
-            # a misaligned row has fewer whole vectors, never more
-            assert variant.dynamic_smem(config, dtype, n_max - 1) <= smem
-
-
-def test_cluster_stream_holds_the_large_rows_of_the_m128_shapes():
-    variant = ClusterStreamCuda()
-    for dtype in DTYPES:
-        for n in (50257, 131072, 151936, 262144):
-            assert any(variant.supports(128, n, dtype, c) for c in variant.all_configs()), (dtype, n)
-    # 1 MB fp32 rows need 16 blocks a row (two 64 KB shares each); 8 cannot hold them
-    assert not variant.supports(128, 262144, "fp32", KernelConfig.of(cluster=8, block=512, stages=2))
-    assert variant.supports(128, 262144, "fp32", KernelConfig.of(cluster=16, block=512, stages=2))
-    assert variant.supports(128, 262144, "fp32", KernelConfig.of(cluster=16, block=512, stages=3))
-
-
-def test_cluster_stream_launches_as_many_clusters_as_fit_and_no_more_than_rows(monkeypatch):
-    from kernels.cuda import cluster_stream, loader
-
-    fake = types.ModuleType("cupy")
-    fake.cuda = types.SimpleNamespace(driver=types.SimpleNamespace(
-        occupancyMaxActiveBlocksPerMultiprocessor=lambda handle, threads, smem: 1))
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setattr(loader, "set_dynamic_smem", lambda function, smem: None)
-    monkeypatch.setattr(loader, "function_handle", lambda function: 1234)
-    monkeypatch.setattr(loader, "device_limits", lambda: (2048, H100_OPTIN, 132))
-    asked = []
-
-    def resident(handle, cluster, threads, smem, fallback):
-        asked.append((handle, cluster, threads, smem, fallback))
-        return 7
-
-    monkeypatch.setattr(cluster_stream, "max_active_clusters", resident)
-    variant = ClusterStreamCuda()
-    config = KernelConfig.of(cluster=16, block=512, stages=2)
-    assert variant.launch_grid(object(), config, "fp32", 128, 262144) == (7 * 16, 1, 1)
-    assert variant.launch_grid(object(), config, "fp32", 3, 262144) == (3 * 16, 1, 1)
-    assert asked[0] == (1234, 16, 512, 2 * 4096 * 16, 132 // 16)
-
-
-def test_cluster_stream_is_unavailable_before_hopper(monkeypatch):
-    fake = types.ModuleType("cupy")
-    fake.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(compute_capability="80"))
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setattr(CudaVariant, "available", lambda self: SUPPORTED)
-    support = ClusterStreamCuda().available()
-    assert not support and "9.0" in support.reason
-
-
-def test_cuda_sources_hash_the_headers_they_include():
-    from kernels.cuda import loader
-
-    for variant in (ClusterSplitCuda(), ClusterStreamCuda(), TwoPassCuda()):
-        text = (loader.SOURCE_DIR / variant.source).read_text()
-        included = set(re.findall(r'#include "([^"]+)"', text))
-        assert included == set(variant.headers), variant.name
-        assert {p.name for p in variant.source_files()} == {variant.source, *variant.headers}
-        assert not re.search(r'#include "', variant.source_code())  # NVRTC gets every header inlined
 
 
 def test_grid_split_holds_the_long_vocabularies_at_small_m():
