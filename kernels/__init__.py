@@ -39,6 +39,7 @@ _REGISTRY: tuple[tuple[str, str], ...] = (
     ("kernels.cuda.grid_split", "GridSplitCuda"),
     # Triton
     ("kernels.triton_impl.fused_row", "TritonFusedRow"),
+    ("kernels.triton_impl.one_row", "TritonOneRow"),
     ("kernels.triton_impl.tiled", "TritonTiledThreePass"),
     ("kernels.triton_impl.online_tiled", "TritonOnlineTwoPass"),
     ("kernels.triton_impl.split_row", "TritonSplitRow"),

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-VARIANTS = ("triton_fused_row", "triton_tiled_three_pass", "triton_online_two_pass", "triton_split_row")
+VARIANTS = ("triton_fused_row", "triton_one_row", "triton_tiled_three_pass", "triton_online_two_pass", "triton_split_row")
 DTYPES = ("fp32", "fp16", "bf16")
 N_VALUES = (1, 7, 33, 1000, 4096)
 EXTRA_N = {"triton_split_row": (4097, 9000)}  # split-row starts at 4 tiles; unaligned, several chunks
@@ -359,6 +359,7 @@ def test_tiled_kernels_vectorize_interior_tiles_without_spills_on_sm90():
     """The row window keeps interior tiles aligned for any N: the online kernel's aligned build loads
     only 16-byte vectors, the unaligned one vectors inside and scalars at the two edge tiles."""
     from kernels.triton_impl.fused_row import _fused_row_kernel
+    from kernels.triton_impl.one_row import _one_row_kernel
     from kernels.triton_impl.online_tiled import _online_kernel
 
     signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "M": "i32", "N": "i32"}
@@ -374,6 +375,22 @@ def test_tiled_kernels_vectorize_interior_tiles_without_spills_on_sm90():
         _fused_row_kernel, signature, {"BLOCK": 32768, "STAGES": 1}, ["x_ptr", "y_ptr", "N"], 16
     )
     assert fused["spill_bytes"] == 0 and fused["loads_v4"] > 0
+    one_row = _compile_sm90(_one_row_kernel, {"x_ptr": "*bf16", "y_ptr": "*bf16", "N": "i32"}, {"BLOCK": 32768},
+                            ["x_ptr", "y_ptr", "N"], 16)
+    assert one_row["spill_bytes"] == 0 and one_row["loads_v4"] > 0
+
+
+def test_one_row_takes_the_fused_row_bounds_of_one_stage():
+    import kernels
+    from kernels.base import KernelConfig
+
+    one_row, fused = kernels.get_variant("triton_one_row"), kernels.get_variant("triton_fused_row")
+    for dtype in DTYPES:
+        for config in one_row.all_configs():
+            limits = one_row.constraints(config, dtype)
+            staged = fused.constraints(KernelConfig.of(num_warps=config["num_warps"], num_stages=1), dtype)
+            assert {k: v for k, v in limits.items() if k != "m_max"} == staged
+            assert limits["m_max"] == 2**31 - 1  # one program per row: the grid's x limit
 
 
 def test_optional_variants_import_and_say_why_they_are_unavailable():
