@@ -55,7 +55,7 @@ def test_the_fitted_table_keeps_what_the_full_data_needs():
     document = build_document(observations(LEAK), no_constraints, gpu="h100", gpu_name="H100", dtype="bf16",
                               timing_method="cold")
     assert [c["variant"] for c in document["candidates"]] == ["X"]
-    assert document["rule"] == "local-regret"
+    assert document["rule"] == "local-regret-clamped"
 
 
 def test_leave_one_out_refits_the_pruning_without_the_left_out_shape():
