@@ -32,10 +32,10 @@ BAD_STATUSES = ("wrong", "fault")
 # Peers (QuACK, Liger) are measured for comparison but never dispatched to by default: a table
 # shipped to hosts without those packages must only name kernels this project carries.
 EXCLUDED_BACKENDS = ("external",)
-# 1 %: leave-one-out regret on the recorded H100 and H200 sweeps was lower than with 3 % (fewer
-# shapes whose best candidate was pruned) on both GPUs, for 24-28 candidates instead of 15-21 (a first
-# lookup about 10 % slower); 0 % kept 33-39 (about 30 % slower) for no clear further gain.
-DEFAULT_PRUNE_MARGIN = 0.01
+# 3 %. 1 % gave lower leave-one-out regret on the recorded sweeps (H100 1.024 / 1.023 / 1.021 against
+# 1.027 / 1.027 / 1.021) but kept 24-28 candidates instead of 15-21, more of them measured at only
+# some neighbours of a shape, which made a first lookup about 50 % slower (docs/BENCHMARKS.md).
+DEFAULT_PRUNE_MARGIN = 0.03
 
 
 class FitError(RuntimeError):
