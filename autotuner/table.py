@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -202,44 +203,37 @@ class DispatchTable:
 
     def _local_regret(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
         stencil = self.neighbours(m, n)
+        if not stencil:  # local-regret past the grid's corner: no line reaches the query
+            return self._nearest(m, n, allowed)
         regrets = [self._log_regret[corner] for corner, _ in stencil]
         weights = [weight for _, weight in stencil]
-        # one pass over candidates x neighbours: the pool (measured at some neighbour), each one's
-        # weighted mean log regret, and the pool candidates not measured at every neighbour
-        pool: list[int] = []
+        # one pass over candidates x neighbours: each candidate measured at some neighbour and its
+        # weighted mean log regret over the neighbours where it was measured; the candidates measured
+        # at every neighbour (complete) and the others (partial) kept apart for _fit_effects
         theta: dict[int, float] = {}
-        partial: list[int] = []
+        complete: list[list[float]] = []
+        partial: dict[int, list[float | None]] = {}
         for i in allowed:
+            values = [row[i] for row in regrets]
+            if None not in values:
+                complete.append(values)
+                theta[i] = sum(map(operator.mul, weights, values))  # the weights sum to 1
+                continue
             total = covered = 0.0
-            for row, weight in zip(regrets, weights):
-                value = row[i]
+            for value, weight in zip(values, weights):
                 if value is not None:
                     total += weight * value
                     covered += weight
             if covered:
-                pool.append(i)
+                partial[i] = values
                 theta[i] = total / covered
-                if covered < 0.999999:
-                    partial.append(i)
-        if not pool:
+        if not theta:
             return self._nearest(m, n, allowed)
-        # all measured everywhere: the neighbour effects shift all candidates alike, so these weighted
-        # means (weights sum to 1) already order them; otherwise alternate neighbour and candidate
-        # effects, starting from the means over the neighbours where each candidate was measured
-        for _ in range(FIT_PASSES if partial else 0):
-            offset = []  # mu[p]
-            for row in regrets:
-                values = [row[i] - theta[i] for i in pool if row[i] is not None]
-                offset.append(sum(values) / len(values) if values else 0.0)
-            for i in pool:
-                total = weight_sum = 0.0
-                for row, weight, shift in zip(regrets, weights, offset):
-                    value = row[i]
-                    if value is not None:
-                        total += weight * (value - shift)
-                        weight_sum += weight
-                theta[i] = total / weight_sum
-        best = min(pool, key=lambda i: (theta[i], i))
+        # without partial candidates the neighbour effects shift every candidate alike, so the
+        # weighted means already order them
+        if partial:
+            _fit_effects(weights, complete, partial, theta)
+        best = min(theta, key=lambda i: (theta[i], i))
         log_time = weight_sum = 0.0
         for (corner, weight) in stencil:
             time = self._exact[corner]["times"][best]
@@ -286,6 +280,41 @@ class DispatchTable:
 
 def _log2(value: int) -> float:
     return math.log2(value) if value > 1 else 0.0
+
+
+def _fit_effects(weights: Sequence[float], complete: Sequence[Sequence[float]],
+                 partial: Mapping[int, Sequence[float | None]], theta: dict[int, float]) -> None:
+    """local-regret's log r[p, c] ~ mu[p] + theta[c] by alternating weighted least squares: from
+    theta = each candidate's mean over its neighbours, FIT_PASSES updates of mu (the mean of r - theta
+    over the candidates measured at p), then of theta; updates ``theta`` in place. ``complete`` holds
+    the log regrets (one per neighbour) of the candidates measured at every neighbour, ``partial``
+    those of the others by index (None where not measured). A complete candidate's theta is its mean
+    less sum_p w[p] mu[p] (the weights sum to 1), so only the partial ones are visited one by one:
+    a first lookup is on the dispatch path."""
+    count = len(complete)
+    complete_sum = sum(theta.values()) - sum(theta[i] for i in partial)
+    column_sums = [sum(column) for column in zip(*complete)] if complete else [0.0] * len(weights)
+    shift = 0.0  # sum_p w[p] mu[p]: what every complete candidate's theta loses
+    for _ in range(FIT_PASSES):
+        offset = []  # mu[p]
+        for p, column_sum in enumerate(column_sums):
+            total, measured = column_sum - complete_sum + count * shift, count
+            for i, values in partial.items():
+                if values[p] is not None:
+                    total += values[p] - theta[i]
+                    measured += 1
+            offset.append(total / measured if measured else 0.0)
+        shift = sum(map(operator.mul, weights, offset))
+        for i, values in partial.items():
+            total = weight_sum = 0.0
+            for value, weight, mu in zip(values, weights, offset):
+                if value is not None:
+                    total += weight * (value - mu)
+                    weight_sum += weight
+            theta[i] = total / weight_sum
+    for i in theta:
+        if i not in partial:
+            theta[i] -= shift
 
 
 class _Layout:
