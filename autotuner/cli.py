@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from autotuner.table import DEFAULT_RULE
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find, store and serve the fastest correct softmax kernel per GPU and shape.")
 console = Console(stderr=True)
@@ -96,7 +98,7 @@ def fit(
     db: DbOption = None,
     dtype: DtypesOption = "all",
     method: MethodOption = "cold",
-    rule: Annotated[str, typer.Option(help="Lookup rule: local-regret (default), interp-log or nearest-log.")] = "local-regret",
+    rule: Annotated[str, typer.Option(help="Lookup rule: local-regret-clamped (default), local-regret, interp-log or nearest-log.")] = DEFAULT_RULE,
     export: Annotated[Optional[str], typer.Option(help="Also write each table as JSON into this folder.")] = None,
     any_source: Annotated[bool, typer.Option("--any-source", help="Also use rows measured with an older source of a variant (default: current source only).")] = False,
 ) -> None:

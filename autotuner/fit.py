@@ -4,7 +4,7 @@ For one (GPU model, dtype, timing method): take the newest "ok" time of every ca
 (from runs of one environment: the newest, unless ``environment_id`` says otherwise), drop candidates
 that ever failed verification or faulted on this dtype (never chosen), drop rows whose source hash is
 not the variant's current source, prune candidates that never win by more than ``prune_margin``, and
-write the table document of ``autotuner/table.py`` (lookup rule ``local-regret`` by default).
+write the table document of ``autotuner/table.py`` (lookup rule ``local-regret-clamped`` by default).
 
 Regret of a table on a shape = median time of the candidate it chooses there / the fastest median
 time of any candidate the fit may dispatch to (every verified candidate, before pruning; peers
@@ -32,6 +32,9 @@ BAD_STATUSES = ("wrong", "fault")
 # Peers (QuACK, Liger) are measured for comparison but never dispatched to by default: a table
 # shipped to hosts without those packages must only name kernels this project carries.
 EXCLUDED_BACKENDS = ("external",)
+# 3 %. 1 % gave lower leave-one-out regret on the recorded sweeps (H100 1.024 / 1.023 / 1.021 against
+# 1.027 / 1.027 / 1.021) but kept 24-28 candidates instead of 15-21, more of them measured at only
+# some neighbours of a shape, which made a first lookup about 50 % slower (docs/BENCHMARKS.md).
 DEFAULT_PRUNE_MARGIN = 0.03
 
 
@@ -93,6 +96,7 @@ def build_document(observations: Sequence[Observation], constraints: Callable[[s
     return {
         "format_version": FORMAT_VERSION,
         "gpu": gpu, "gpu_name": gpu_name, "dtype": dtype, "timing_method": timing_method, "rule": rule,
+        "prune_margin": prune_margin,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "source_runs": list(source_runs), "environment": environment or {},
         "candidates": [

@@ -3,7 +3,7 @@
 A table is versioned JSON, one per (GPU model, dtype, timing method)::
 
     {"format_version": 1, "gpu": "h100", "gpu_name": "...", "dtype": "bf16", "timing_method": "cold",
-     "rule": "local-regret",
+     "rule": "local-regret-clamped",
      "candidates": [{"variant": "cuda_block_online", "config": {"block": 256, ...},
                      "config_key": "block=256,...", "constraints": {"n_max": 8192}}, ...],
      "points": [{"m": 1, "n": 1024, "copy_us": 3.6, "times": [4.1, null, ...]}, ...],
@@ -23,41 +23,52 @@ failed). Lookup rules:
   when that class's points surround N; the fastest predicted admissible candidate wins. A candidate
   missing at a corner is predicted from the corners it has; a candidate with none is not chosen.
   Exact measured points answer with their winner.
-- ``local-regret`` (``fit_table``'s default): exact measured points answer with their winner. Otherwise,
-  among points of the N alignment class as for ``interp-log``:
+- ``local-regret-clamped`` (``fit_table``'s default) and ``local-regret`` (tables fitted before
+  2026-11-23): exact measured points answer with their winner. Otherwise, among points of the N
+  alignment class as for ``interp-log``:
 
   1. Neighbours and weights (:meth:`DispatchTable.neighbours`): the mean of two linear
      interpolations in (log2 M, log2 N): along N on the two measured M lines bracketing M, and along
-     M on the two measured N lines bracketing N, each using only lines whose measured points surround
-     the query on the other axis (clamped to the outermost such line). Inside a fully measured cell
-     these are the four corners with bilinear weights; on a grid line they are the measured points on
-     either side along both axes (so a missing grid point is read from its 2-4 axis neighbours).
+     M on the two measured N lines bracketing N. Inside a fully measured cell these are the four
+     corners with bilinear weights; on a grid line they are the measured points on either side along
+     both axes (so a missing grid point is read from its 2-4 axis neighbours). The rules differ on a
+     line whose measured points do not surround the query on the other axis (the query is past the
+     grid's edge on that line, or the line's own point at the query was not measured):
+     ``local-regret-clamped`` reads it at its nearest measured point; ``local-regret`` brackets only
+     among lines that do surround the query, and skips that axis if none does. So at the grid's edge
+     (M = 1, the smallest N, ...) a missing point is read from both axes under the clamped rule, from
+     its edge line alone under the old one: leave-one-out on the recorded sweeps preferred the
+     former on both GPUs (docs/BENCHMARKS.md).
   2. At each neighbour p, a candidate's regret r = its time / the fastest time there, capped at
      ``REGRET_CAP`` (1.5: past that the sweep keeps only a noisy 5-repetition estimate, and all it
      says is "much slower"). A candidate not measured at p (it cannot run there, or failed) has no
      value at p; it is neither credited nor penalised there.
-  3. log r[p, c] ~ mu[p] + theta[c], fitted by weighted least squares over the neighbours (three
-     alternating passes), so candidates measured at different subsets of the neighbours are compared
-     on one scale. The admissible candidate with the smallest theta (predicted regret) wins; ties go
-     to the lower candidate index. ``predicted_us`` is its time interpolated in log space over the
-     neighbours where it was measured.
+  3. log r[p, c] ~ mu[p] + theta[c], fitted by weighted least squares over the neighbours (alternating
+     passes from the per-candidate weighted means), so candidates measured at different subsets of
+     the neighbours are compared on one scale. The admissible candidate with the smallest theta
+     (predicted regret) wins; ties go to the lower candidate index. ``predicted_us`` is its time
+     interpolated in log space over the neighbours where it was measured.
 
   Example: on the default grid without the point (4096, 65536), its neighbours (4096, 32768),
   (4096, 131072), (1024, 65536), (16384, 65536) each weigh 1/4; a kernel with ``n_max`` 65536 is
-  judged on the three where it can run, against candidates judged on all four.
+  judged on the three where it can run, against candidates judged on all four. Without the point
+  (1, 4096), ``local-regret-clamped`` weighs (1, 2048) and (1, 8192) 1/4 each and (4, 4096) 1/2;
+  ``local-regret`` weighs the first two 1/2 each.
 """
 from __future__ import annotations
 
 import bisect
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 FORMAT_VERSION = 1
-RULES = ("nearest-log", "interp-log", "local-regret")
-DEFAULT_RULE = "local-regret"
+RULES = ("nearest-log", "interp-log", "local-regret", "local-regret-clamped")
+DEFAULT_RULE = "local-regret-clamped"
+LOCAL_REGRET_RULES = ("local-regret", "local-regret-clamped")
 REGRET_CAP = 1.5  # local-regret: regrets past this at a neighbour count as this (see the module docstring)
-FIT_PASSES = 3  # local-regret: alternating least-squares passes (converged on the recorded sweeps)
+FIT_PASSES = 2  # local-regret rules: neighbour-effect updates (more change no pick on the recorded sweeps)
 
 
 class TableFormatError(ValueError):
@@ -112,7 +123,7 @@ class DispatchTable:
         self._limits = [_limits_of(c.get("constraints", {})) for c in self.candidates]
         self._layouts: dict[int, _Layout] = {}
         self._log_regret: dict[tuple[int, int], tuple[float | None, ...]] = {}
-        if self.rule == "local-regret":
+        if self.rule in LOCAL_REGRET_RULES:
             cap = math.log(REGRET_CAP)
             for point in self.points:
                 measured = [t for t in point["times"] if t is not None and t > 0]
@@ -142,7 +153,7 @@ class DispatchTable:
                 return Pick(best, point["times"][best], True)
         if self.rule == "interp-log":
             return self._interpolated(m, n, allowed)
-        if self.rule == "local-regret" and point is None:
+        if self.rule in LOCAL_REGRET_RULES and point is None:
             return self._local_regret(m, n, allowed)
         return self._nearest(m, n, allowed)
 
@@ -160,7 +171,11 @@ class DispatchTable:
         return -1, self.points
 
     def neighbours(self, m: int, n: int) -> list[tuple[tuple[int, int], float]]:
-        """local-regret's measured neighbours of (m, n) and their weights (summing to 1); [] if none."""
+        """The local-regret rules' measured neighbours of (m, n) and their weights (summing to 1); []
+        if none. ``local-regret`` brackets only among lines that span the query on the other axis;
+        ``local-regret-clamped`` brackets among all lines and reads one that does not span the query
+        at its nearest end (see the module docstring)."""
+        clamped = self.rule != "local-regret"
         key, points = self._class_points(n)
         layout = self._layouts.get(key)
         if layout is None:
@@ -171,7 +186,7 @@ class DispatchTable:
         for lines, keys, across, along, log_across, log_along, swap in (
                 (layout.rows, layout.row_keys, m, n, log_m, log_n, False),
                 (layout.cols, layout.col_keys, n, m, log_n, log_m, True)):
-            usable = [k for k in keys if lines[k][0] <= along <= lines[k][-1]]
+            usable = keys if clamped else [k for k in keys if lines[k][0] <= along <= lines[k][-1]]
             if not usable:
                 continue
             part: dict[tuple[int, int], float] = {}
@@ -188,43 +203,39 @@ class DispatchTable:
 
     def _local_regret(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
         stencil = self.neighbours(m, n)
-        rows = [(self._log_regret[corner], weight) for corner, weight in stencil]
-        # one pass over candidates x neighbours: the pool (measured at some neighbour), each one's
-        # weighted mean log regret, and whether every pool candidate is measured at every neighbour
-        pool: list[int] = []
+        if not stencil:  # local-regret past the grid's corner: no line reaches the query
+            return self._nearest(m, n, allowed)
+        regrets = [self._log_regret[corner] for corner, _ in stencil]
+        weights = [weight for _, weight in stencil]
+        # one pass over candidates x neighbours: each candidate measured at some neighbour and its
+        # weighted mean log regret over the neighbours where it was measured; the candidates measured
+        # at every neighbour (complete) and the others (partial) kept apart for _fit_effects
         theta: dict[int, float] = {}
-        complete = True
+        complete: list[list[float]] = []
+        partial: dict[int, list[float | None]] = {}
         for i in allowed:
-            total, measured = 0.0, 0
-            for regrets, weight in rows:
-                value = regrets[i]
+            values = [row[i] for row in regrets]
+            if None not in values:
+                complete.append(values)
+                theta[i] = sum(map(operator.mul, weights, values))  # the weights sum to 1
+                continue
+            total = covered = 0.0
+            for value, weight in zip(values, weights):
                 if value is not None:
                     total += weight * value
-                    measured += 1
-            if measured:
-                pool.append(i)
-                theta[i] = total
-                complete = complete and measured == len(rows)
-        if not pool:
+                    covered += weight
+            if covered:
+                partial[i] = values
+                theta[i] = total / covered
+        if not theta:
             return self._nearest(m, n, allowed)
-        # complete: the neighbour effects shift all candidates alike, so these weighted means (weights
-        # sum to 1) already order them; otherwise alternate candidate and neighbour effects
-        passes = 0 if complete else FIT_PASSES
-        offset = [0.0] * len(rows)  # mu[p]
-        for _ in range(passes):
-            for i in pool:
-                total = weight_sum = 0.0
-                for p, (regrets, weight) in enumerate(rows):
-                    if regrets[i] is not None:
-                        total += weight * (regrets[i] - offset[p])
-                        weight_sum += weight
-                theta[i] = total / weight_sum
-            for p, (regrets, _) in enumerate(rows):
-                values = [regrets[i] - theta[i] for i in pool if regrets[i] is not None]
-                offset[p] = sum(values) / len(values) if values else 0.0
-        best = min(pool, key=lambda i: (theta[i], i))
+        # without partial candidates the neighbour effects shift every candidate alike, so the
+        # weighted means already order them
+        if partial:
+            _fit_effects(weights, complete, partial, theta)
+        best = min(theta, key=lambda i: (theta[i], i))
         log_time = weight_sum = 0.0
-        for corner, weight in stencil:
+        for (corner, weight) in stencil:
             time = self._exact[corner]["times"][best]
             if time is not None and time > 0:
                 log_time += weight * math.log(time)
@@ -269,6 +280,41 @@ class DispatchTable:
 
 def _log2(value: int) -> float:
     return math.log2(value) if value > 1 else 0.0
+
+
+def _fit_effects(weights: Sequence[float], complete: Sequence[Sequence[float]],
+                 partial: Mapping[int, Sequence[float | None]], theta: dict[int, float]) -> None:
+    """local-regret's log r[p, c] ~ mu[p] + theta[c] by alternating weighted least squares: from
+    theta = each candidate's mean over its neighbours, FIT_PASSES updates of mu (the mean of r - theta
+    over the candidates measured at p), then of theta; updates ``theta`` in place. ``complete`` holds
+    the log regrets (one per neighbour) of the candidates measured at every neighbour, ``partial``
+    those of the others by index (None where not measured). A complete candidate's theta is its mean
+    less sum_p w[p] mu[p] (the weights sum to 1), so only the partial ones are visited one by one:
+    a first lookup is on the dispatch path."""
+    count = len(complete)
+    complete_sum = sum(theta.values()) - sum(theta[i] for i in partial)
+    column_sums = [sum(column) for column in zip(*complete)] if complete else [0.0] * len(weights)
+    shift = 0.0  # sum_p w[p] mu[p]: what every complete candidate's theta loses
+    for _ in range(FIT_PASSES):
+        offset = []  # mu[p]
+        for p, column_sum in enumerate(column_sums):
+            total, measured = column_sum - complete_sum + count * shift, count
+            for i, values in partial.items():
+                if values[p] is not None:
+                    total += values[p] - theta[i]
+                    measured += 1
+            offset.append(total / measured if measured else 0.0)
+        shift = sum(map(operator.mul, weights, offset))
+        for i, values in partial.items():
+            total = weight_sum = 0.0
+            for value, weight, mu in zip(values, weights, offset):
+                if value is not None:
+                    total += weight * (value - mu)
+                    weight_sum += weight
+            theta[i] = total / weight_sum
+    for i in theta:
+        if i not in partial:
+            theta[i] -= shift
 
 
 class _Layout:

@@ -75,11 +75,11 @@ def test_an_alignment_class_measured_at_one_n_does_not_speak_for_other_n():
 
 # local-regret: the rule `fit` writes (see autotuner/table.py)
 
-def grid_document(times_by_point, candidates=None):
-    """A local-regret table over the given {(m, n): [times]} points."""
+def grid_document(times_by_point, candidates=None, rule="local-regret"):
+    """A local-regret table (or ``rule``) over the given {(m, n): [times]} points."""
     candidates = candidates or [{"variant": "a", "config": {}, "constraints": {}},
                                 {"variant": "b", "config": {}, "constraints": {}}]
-    return {"format_version": 1, "gpu": "h100", "dtype": "bf16", "timing_method": "cold", "rule": "local-regret",
+    return {"format_version": 1, "gpu": "h100", "dtype": "bf16", "timing_method": "cold", "rule": rule,
             "candidates": candidates,
             "points": [{"m": m, "n": n, "times": times} for (m, n), times in sorted(times_by_point.items())]}
 
@@ -103,6 +103,31 @@ def test_local_regret_reads_a_missing_grid_point_from_its_axis_neighbours():
     del points[(16, 2048)]
     table = DispatchTable(grid_document(points))
     assert dict(table.neighbours(16, 2048)) == pytest.approx({(16, 1024): 0.5, (16, 4096): 0.5})
+
+
+def test_local_regret_clamped_reads_an_edge_point_from_both_axes():
+    """At the grid's edge the clamped rule also reads the line that does not reach the query (here
+    the column N = 2048, measured from M = 4 up) at its nearest point; the old rule, which tables
+    fitted before it still carry, reads the edge row alone. Inside a fully measured grid both agree."""
+    points = {(m, n): [1.0, 1.0] for m in (1, 4, 16) for n in (1024, 2048, 4096)}
+    del points[(1, 2048)]
+    clamped = DispatchTable(grid_document(points, rule="local-regret-clamped"))
+    assert dict(clamped.neighbours(1, 2048)) == pytest.approx({(1, 1024): 0.25, (1, 4096): 0.25, (4, 2048): 0.5})
+    old = DispatchTable(grid_document(points))
+    assert dict(old.neighbours(1, 2048)) == pytest.approx({(1, 1024): 0.5, (1, 4096): 0.5})
+    points[(1, 2048)] = [1.0, 1.0]  # every line spans every query inside the grid: the same neighbours
+    clamped, old = (DispatchTable(grid_document(points, rule=rule)) for rule in ("local-regret-clamped", "local-regret"))
+    for m, n in ((2, 1500), (8, 3000), (3, 2048)):
+        assert dict(clamped.neighbours(m, n)) == pytest.approx(dict(old.neighbours(m, n)))
+
+
+def test_local_regret_clamped_lets_the_nearer_line_overrule_a_lone_edge_row():
+    """'a' wins both edge-row neighbours of (1, 2048) by 2 %, and loses by 30 % on the column next
+    to the point (M = 4), where 'b' wins: the clamped rule weighs that column as much as the row."""
+    points = {(1, 1024): [1.0, 1.02], (1, 4096): [1.0, 1.02], (4, 2048): [1.3, 1.0],
+              (4, 1024): [1.0, 1.0], (4, 4096): [1.0, 1.0], (16, 2048): [1.3, 1.0]}
+    assert DispatchTable(grid_document(points)).lookup(1, 2048).candidate == 0
+    assert DispatchTable(grid_document(points, rule="local-regret-clamped")).lookup(1, 2048).candidate == 1
 
 
 def test_local_regret_compares_regrets_not_times():
