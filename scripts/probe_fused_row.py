@@ -1,7 +1,8 @@
 """Diagnostic: Liger's single-block Triton softmax ran 0.35-0.5 us ahead of our triton_fused_row on small
 16-bit shapes on the H100 (scripts/probe_bench_gap.py), with the same algorithm. This times variations
 of our row kernel against Liger's, in rotating rounds with the sweep's cold-L2 timer, to find which
-difference matters: the persistent row loop, the store's cache policy, the load's, the num_warps rule.
+difference matters: the persistent row loop (triton_fused_row's kernel, here on a grid of at most 4
+programs per SM), the store's cache policy, the load's, the num_warps rule.
 Usage (on a GPU): python scripts/probe_fused_row.py"""
 from __future__ import annotations
 
@@ -14,23 +15,9 @@ import triton.language as tl
 from autotuner.timing import Timer
 from kernels.base import next_power_of_two
 from kernels.reference import check_softmax, random_input
+from kernels.triton_impl.fused_row import _fused_row_kernel
 
 LOG2E = tl.constexpr(1.4426950408889634)
-
-
-@triton.jit(do_not_specialize=["M"])
-def persistent_row(x_ptr, y_ptr, M, N, BLOCK: tl.constexpr, STAGES: tl.constexpr, STORE_CS: tl.constexpr):
-    cols = tl.arange(0, BLOCK)
-    mask = cols < N
-    for row in tl.range(tl.program_id(0), M, tl.num_programs(0), num_stages=STAGES):
-        offset = tl.cast(row, tl.int64) * N
-        x = tl.load(x_ptr + offset + cols, mask=mask, other=float("-inf")).to(tl.float32)
-        p = tl.exp2((x - tl.max(x, axis=0)) * LOG2E)
-        y = p * (1.0 / tl.sum(p, axis=0))
-        if STORE_CS:
-            tl.store(y_ptr + offset + cols, y.to(y_ptr.dtype.element_ty), mask=mask, cache_modifier=".cs")
-        else:
-            tl.store(y_ptr + offset + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -71,14 +58,13 @@ def main() -> None:
         out = torch.empty_like(x)
         block = next_power_of_two(n)
         lw = liger_warps(block)
-        persistent = lambda warps, cs, stages=1: (lambda: persistent_row[(min(m, 4 * sms),)](
-            x, out, m, n, BLOCK=block, STAGES=stages, STORE_CS=cs, num_warps=warps))
+        persistent = lambda warps: (lambda: _fused_row_kernel[(min(m, 4 * sms),)](
+            x, out, m, n, BLOCK=block, STAGES=1, num_warps=warps))
         single = lambda warps, cs, ca: (lambda: one_row[(m,)](x, out, n, BLOCK=block, STORE_CS=cs, LOAD_CA=ca,
                                                               num_warps=warps))
         candidates = {
-            f"persistent w{our_warps}": persistent(our_warps, False),
-            f"persistent w{lw}": persistent(lw, False),
-            f"persistent w{lw} .cs": persistent(lw, True),
+            f"persistent w{our_warps}": persistent(our_warps),
+            f"persistent w{lw}": persistent(lw),
             f"one-row w{lw}": single(lw, False, False),
             f"one-row w{lw} .cs": single(lw, True, False),
             f"one-row w{lw} .cs .ca": single(lw, True, True),
