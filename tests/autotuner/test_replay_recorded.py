@@ -86,15 +86,16 @@ def test_local_regret_beats_interpolated_times_out_of_sample(recorded):
 def test_clamped_rule_beats_the_previous_one_out_of_sample(recorded):
     """Leave-one-out regret of fit's default rule (local-regret-clamped) against the previous one
     (local-regret), both with the default 3 % prune margin, on the recording as recorded: lower
-    geomean on every dtype of both GPUs. docs/BENCHMARKS.md has the figures (H100 1.027 / 1.027 /
-    1.021 against 1.032 / 1.029 / 1.029; H200 1.049 / 1.037 / 1.028 against 1.051 / 1.040 / 1.039)."""
+    geomean on every dtype of both GPUs. docs/BENCHMARKS.md has the figures (H100, with triton_one_row
+    recorded: 1.016 / 1.019 / 1.018 against 1.019 / 1.021 / 1.024; H200 1.049 / 1.037 / 1.028 against
+    1.051 / 1.040 / 1.039). The H100 bound is issue 5's leave-one-out target."""
     engine, gpu, dtypes = recorded
     with Session(engine) as session:
         for dtype in dtypes:
             new = fit_table(session, gpu, dtype, any_source=True, save=False)["regret"]
             old = fit_table(session, gpu, dtype, rule="local-regret", any_source=True, save=False)["regret"]
             assert new["geomean"] < old["geomean"], (dtype, new, old)
-            assert new["geomean"] <= (1.028 if gpu == "h100" else 1.05), (dtype, new)
+            assert new["geomean"] <= (1.02 if gpu == "h100" else 1.05), (dtype, new)
 
 
 def test_measured_shapes_answer_with_their_measured_winner(fitted):
