@@ -16,8 +16,7 @@ from autotuner.timing import Timer
 from kernels.base import next_power_of_two
 from kernels.reference import check_softmax, random_input
 from kernels.triton_impl.fused_row import _fused_row_kernel
-
-LOG2E = tl.constexpr(1.4426950408889634)
+from kernels.triton_impl.tiles import LOG2E
 
 
 @triton.jit
