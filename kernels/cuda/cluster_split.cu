@@ -8,7 +8,8 @@
 // dynamic shared memory slot b - PACKS * THREADS by cp.async (the host sizes it from N; 0 when the
 // share fits the registers). Rank 0 also holds the < 2 * VEC head/tail scalars, one per thread.
 //
-//   1. load the share (all loads in flight), thread max, then sum of exp(x - max);
+//   1. load the share (all loads in flight), thread max, then sum of exp(x - max) (fp32 rows keep
+//      those exps in place of x, so step 5 only rescales them: one exp per element, not two);
 //   2. one MaxSum block reduction; thread 0 publishes the block's pair in its shared memory;
 //   3. cluster barrier (arrive.release / wait.acquire): every block's pair is visible;
 //   4. lanes 0..CLUSTER-1 of every warp read the CLUSTER pairs over DSM (mapa +
@@ -81,11 +82,24 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, smx::
     for (int b = tid + IN_REGS; b < count; b += THREADS)
         smx::for_each_in<T>(cache[b - IN_REGS], [&](float v) { m = fmaxf(m, v); });
     const float base = smx::exp_base(m);
-    if constexpr (sizeof(T) == 2) tile.reconvert_later(smx::opaque_zero());
-    float s = smx::exp_from(extra, base);
-    tile.for_each([&](float v) { s += smx::exp_from(v, base); });
-    for (int b = tid + IN_REGS; b < count; b += THREADS)
-        smx::for_each_in<T>(cache[b - IN_REGS], [&](float v) { s += smx::exp_from(v, base); });
+    const float extra_exp = smx::exp_from(extra, base);
+    float s = extra_exp;
+    if constexpr (sizeof(T) == 4) {
+        // exp once: the share is replaced by exp(x - base), in registers and in shared memory, and
+        // step 5 rescales it (MUFU.EX2 throughput, not DRAM, bounds the store pass otherwise)
+        s += tile.apply_sum([&](float v) { return smx::exp_from(v, base); });
+        for (int b = tid + IN_REGS; b < count; b += THREADS)
+            cache[b - IN_REGS] = smx::map_vec<T>(cache[b - IN_REGS], [&](float v) {
+                const float e = smx::exp_from(v, base);
+                s += e;
+                return e;
+            });
+    } else {
+        tile.reconvert_later(smx::opaque_zero());
+        tile.for_each([&](float v) { s += smx::exp_from(v, base); });
+        for (int b = tid + IN_REGS; b < count; b += THREADS)
+            smx::for_each_in<T>(cache[b - IN_REGS], [&](float v) { s += smx::exp_from(v, base); });
+    }
     const smx::MaxSum mine = smx::block_merge<THREADS>(smx::MaxSum{m, s}, scratch);
     if (tid == 0) partial = make_float2(mine.m, mine.s);
 
@@ -101,13 +115,19 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, smx::
     cluster::arrive();  // release: orders the remote loads before it (a relaxed arrive would not)
 
     const float inv = 1.0f / row.s;
-    auto out = [&](float v) { return smx::exp_from(v, row.m) * inv; };
+    // fp32: the share holds exp(x - base); exp(base - row.m) / sum turns it into the output (0 for a
+    // thread with no element above -inf, NaN through inv where the row is NaN or all -inf)
+    const float scale = smx::rescale(m, row.m) * inv;
+    auto out = [&](float v) {
+        if constexpr (sizeof(T) == 4) return v * scale;
+        else return smx::exp_from(v, row.m) * inv;
+    };
     const bool vec_ok = smx::same_alignment<T, VEC>(xr, yr);
     T* __restrict__ ys = yr + rs.head + static_cast<long long>(begin) * VEC;
     if constexpr (sizeof(T) == 2) tile.reconvert_later(smx::opaque_zero());
     tile.store(ys, front, tid, vec_ok, out);
     for (int b = tid + IN_REGS; b < count; b += THREADS)
         smx::store_vec<T>(ys + static_cast<long long>(b) * VEC, smx::map_vec<T>(cache[b - IN_REGS], out), vec_ok);
-    if (tid < extras) yr[smx::extra_index<VEC>(rs, tid)] = smx::from_float<T>(out(extra));
+    if (tid < extras) yr[smx::extra_index<VEC>(rs, tid)] = smx::from_float<T>(sizeof(T) == 4 ? extra_exp * scale : out(extra));
     cluster::wait();
 }

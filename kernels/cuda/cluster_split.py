@@ -59,6 +59,10 @@ class ClusterSplitCuda(CudaVariant):
     # (8, 256, 8, 32 | 96): 256-thread blocks with 32 KB of row in registers and 32 / 96 KB in shared
     # memory, so 3-4 (2) blocks share an SM on rows of 0.25-0.5 MB (0.5-1 MB) at M = 128, where the
     # 512-thread configs run one block per SM and reached 0.82-0.88 of copy on the H100.
+    # (16, 128 | 256, 8, 32) and (16, 256, 8, 0): 16-block clusters of small blocks, 4-8 blocks per SM;
+    # on the H100 (scripts/probe_cluster_configs.py) the fastest at M = 128 with rows of 1 MB (bf16 /
+    # fp16 128x262144: 56.3 / 57.1 us against 57.4 / 58.1; fp32 128x262144: 105.3 against 106.8) and
+    # at M = 32 (bf16 32x262144: 21.0 against 23.5), where the 512-thread C = 16 config ran 30-50 % slower.
     # No 1024-thread block: (8, 1024, 4 | 8, 0), (4, 1024, 8, 0), (2, 1024, 8, 0), (16, 1024, 4, 0)
     # and (4, 512, 8, 0) were dropped because on the recorded H200 sweep they were never within 5 %
     # of the best of our kernels on any shape or dtype (docs/SWEEP.md, "Pruned configs").
@@ -67,7 +71,7 @@ class ClusterSplitCuda(CudaVariant):
         (8, 256, 8, 32), (8, 256, 8, 96),
         (4, 512, 8, 64),
         (2, 512, 8, 0), (2, 512, 8, 64),
-        (16, 512, 8, 0),
+        (16, 512, 8, 0), (16, 256, 8, 0), (16, 256, 8, 32), (16, 128, 8, 32),
     )
 
     def available(self) -> Support:

@@ -116,14 +116,23 @@ def function_handle(function: Any) -> int:
 
 
 _smem_raised: dict[int, int] = {}
+DEFAULT_SMEM_LIMIT = 48 * 1024  # bytes of shared memory per block (static + dynamic) without the opt-in
+
+
+def needs_smem_opt_in(static_smem: int, dynamic_smem: int) -> bool:
+    """Whether a launch must raise the kernel's dynamic shared-memory limit first: by default a block's
+    static and dynamic shared memory together may not exceed 48 KB (so 48 KB of dynamic memory
+    beside a kernel's 80 static bytes already needs the opt-in)."""
+    return dynamic_smem > 0 and static_smem + dynamic_smem > DEFAULT_SMEM_LIMIT
 
 
 def set_dynamic_smem(function: Any, dynamic_smem: int) -> None:
-    """Raise the kernel's dynamic shared-memory limit where a launch needs more than 48 KB. What was
-    set is remembered per kernel, so a launch does not query the driver each time."""
-    if dynamic_smem <= 48 * 1024 or _smem_raised.get(id(function), 0) >= dynamic_smem:
+    """Raise the kernel's dynamic shared-memory limit where a launch needs more than the default.
+    What was set is remembered per kernel, so a launch does not query the driver each time."""
+    if not dynamic_smem or _smem_raised.get(id(function), 0) >= dynamic_smem:
         return
-    if function.max_dynamic_shared_size_bytes < dynamic_smem:
+    if needs_smem_opt_in(int(function.shared_size_bytes), dynamic_smem) and (
+            function.max_dynamic_shared_size_bytes < dynamic_smem):
         function.max_dynamic_shared_size_bytes = dynamic_smem
     _smem_raised[id(function)] = dynamic_smem
 
@@ -156,8 +165,8 @@ def resources_of(function: Any, threads: int, dynamic_smem: int = 0, compile_sec
 # for the device's kernel on each call. ``AUTOTUNER_CUDA_DIRECT_LAUNCH=0`` launches through CuPy's
 # ``RawKernel.__call__`` instead (the fallback should the driver binding be missing).
 DIRECT_LAUNCH_ENV = "AUTOTUNER_CUDA_DIRECT_LAUNCH"
+CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1  # cuda.h: the kernel's static shared memory
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # cuda.h
-_DEFAULT_SMEM_LIMIT = 48 * 1024
 
 # Kernel parameter kinds: one character each. Every parameter takes an 8-byte slot of the buffer
 # (the kernel reads sizeof(T) bytes from the slot's address, so 4-byte values are padded).
@@ -281,7 +290,7 @@ class KernelLauncher:
 
     Per call: the current device, its CUfunction (looked up once per device: CuPy loads a module per
     device), the raw current stream, one ``struct.pack_into`` and one cuLaunchKernel. Dynamic shared
-    memory above 48 KB is opted into once per device and size. Thread-safe: each thread packs into its
+    memory beyond the default limit (``needs_smem_opt_in``) is opted into once per device and size. Thread-safe: each thread packs into its
     own buffer (cuLaunchKernel copies the parameters before it returns)."""
 
     def __init__(self, function: Any, block: Sequence[int], kinds: str) -> None:
@@ -311,7 +320,9 @@ class KernelLauncher:
         from cupy.cuda import driver
 
         handle = self.handle(device)
-        if driver.funcGetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, handle) < shared_mem:
+        static = driver.funcGetAttribute(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, handle)
+        if needs_smem_opt_in(static, shared_mem) and (
+                driver.funcGetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, handle) < shared_mem):
             driver.funcSetAttribute(handle, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem)
         self._smem[device] = shared_mem
 
@@ -333,7 +344,7 @@ class KernelLauncher:
                 self._call_cupy(grid, shared_mem, args)
                 return
             handle = self.handle(device)
-        if shared_mem > _DEFAULT_SMEM_LIMIT and self._smem.get(device, 0) < shared_mem:
+        if shared_mem and self._smem.get(device, 0) < shared_mem:
             self._raise_smem(device, shared_mem)
         try:
             buffer = self._local.buffer
@@ -354,8 +365,7 @@ class KernelLauncher:
         types = {"P": np.uint64, "Q": np.uint64, "q": np.int64, "I": np.uint32, "i": np.int32,
                  "H": np.uint16, "h": np.int16, "B": np.uint8, "b": np.int8, "f": np.float32, "d": np.float64}
         typed = tuple(types[k](a) for k, a in zip(self.kinds, args))
-        if shared_mem > _DEFAULT_SMEM_LIMIT:
-            set_dynamic_smem(self.function, shared_mem)
+        set_dynamic_smem(self.function, shared_mem)
         grid = tuple((*grid, 1, 1)[:3])
         self.function(grid, self.block, typed, shared_mem=shared_mem, stream=current_stream())
         if taps:

@@ -33,7 +33,8 @@ class FakeDriver:
         self.calls.append(((f, gx, gy, gz, bx, by, bz, smem, stream, extra), raw))
 
     def funcGetAttribute(self, attribute, f):  # noqa: N802
-        return self.attributes.get((f, attribute), 48 * 1024)
+        default = 80 if attribute == loader.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES else 48 * 1024 - 80
+        return self.attributes.get((f, attribute), default)
 
     def funcSetAttribute(self, f, attribute, value):  # noqa: N802
         self.attributes[(f, attribute)] = value
@@ -110,6 +111,22 @@ def test_kernel_launcher_opts_into_large_dynamic_shared_memory_once_per_device(f
     launcher((1,), 100 * 1024, 8)
     assert fake_gpu.driver.attributes[(0xC0DF, loader.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)] == 100 * 1024
     assert [call[7] for call, _ in fake_gpu.driver.calls] == [1024, 102400, 102400, 81920, 102400]
+
+
+def test_kernel_launcher_opts_in_where_static_and_dynamic_shared_memory_pass_48_kb(fake_gpu):
+    # 80 static bytes (the fake's) + 48 KB dynamic is over the default limit, 48 KB - 80 is not
+    launcher = loader.KernelLauncher(fake_gpu.kernel, (512,), "P")
+    fake_gpu.driver.widths = (8,)
+    launcher((1,), 48 * 1024 - 80, 8)
+    assert fake_gpu.driver.attributes == {}
+    launcher((1,), 48 * 1024, 8)
+    assert fake_gpu.driver.attributes == {(0xC0DE, loader.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES): 48 * 1024}
+
+
+def test_needs_smem_opt_in_counts_static_shared_memory():
+    assert not loader.needs_smem_opt_in(0, 48 * 1024)
+    assert loader.needs_smem_opt_in(16, 48 * 1024)
+    assert not loader.needs_smem_opt_in(48 * 1024, 0)  # no dynamic memory: nothing to raise
 
 
 def test_kernel_launcher_gives_each_thread_its_own_parameter_buffer(fake_gpu):

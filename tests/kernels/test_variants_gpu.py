@@ -155,3 +155,45 @@ def test_register_row_variant_handles_offset_input_view(variant_name: str, dtype
                 failures.append(f"{config} N={n} (input offset by one element): {message}")
     assert not failures, "\n".join(failures)
     torch.cuda.synchronize()
+
+
+# Variants whose dynamic shared memory is sized from N. A block's static and dynamic shared memory
+# together may not pass 48 KB without the opt-in, so N whose dynamic size lands just at or under 48 KB
+# (beside a few static bytes) must still launch (kernels.cuda.loader.needs_smem_opt_in).
+SMEM_SIZED_VARIANTS = ("cuda_cluster_split", "cuda_smem_cache_medium", "cuda_smem_cache_extreme")
+SMEM_DEFAULT = 48 * 1024
+
+
+def first_n_reaching(variant: Any, config: Any, dtype: str, n_min: int, n_max: int, smem: int) -> int | None:
+    """The smallest N in [n_min, n_max] whose dynamic shared memory is at least ``smem`` (it grows
+    with N), or None."""
+    if variant.dynamic_smem(config, dtype, n_max) < smem:
+        return None
+    low, high = n_min, n_max
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if variant.dynamic_smem(config, dtype, mid) < smem else (low, mid)
+    return low
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("variant_name", SMEM_SIZED_VARIANTS)
+def test_shared_memory_sized_variant_launches_at_the_48_kb_edge(variant_name: str, dtype: str) -> None:
+    variant = kernels.get_variant(variant_name)
+    if not variant.available():
+        pytest.skip(variant.available().reason)
+    failures, tried = [], 0
+    for config in variant.all_configs():
+        limits = variant.constraints(config, dtype)
+        n_min, n_max = limits.get("n_min", 1), min(limits.get("n_max", 1 << 20), 1 << 20)
+        past = first_n_reaching(variant, config, dtype, n_min, n_max, SMEM_DEFAULT + 1)
+        n = past - 1 if past is not None else None  # the longest row with at most 48 KB
+        if n is None or variant.dynamic_smem(config, dtype, n) <= SMEM_DEFAULT - 256 or not variant.supports(3, n, dtype, config):
+            continue
+        tried += 1
+        message = run_one(variant.build(config, dtype, n), random_input(3, n, dtype), dtype)
+        if message:
+            failures.append(f"{config} N={n} ({variant.dynamic_smem(config, dtype, n)} B dynamic): {message}")
+    assert not failures, "\n".join(failures)
+    if not tried:
+        pytest.skip(f"no {variant_name} config has an N with 48 KB - 256 B to 48 KB of dynamic shared memory")
