@@ -154,10 +154,23 @@ def _prune(candidates: Sequence[tuple[str, str]], rows: dict[tuple[int, int], di
     return [c for c in candidates if c not in dropped]
 
 
-def leave_one_out_regret(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
-                         *, rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN) -> dict[str, Any]:
-    """Per-shape regret of the table refitted (pruned again) without that shape; geomean, p95, max,
-    misses (choices not measured at the shape, scored as its slowest) and quick_picks (see above)."""
+@dataclass(frozen=True)
+class LeftOut:
+    """One shape of a leave-one-out score: what the table refitted without that shape chose there."""
+    m: int
+    n: int
+    chosen: tuple[str, str] | None  # (variant, config_key); None: the table had no answer
+    best: tuple[str, str]  # the fastest candidate measured here, pruned or not
+    regret: float
+    missed: bool  # the choice was not measured here: scored as the slowest measured
+    quick: bool  # the choice had only the sweep's quick estimate here
+    table: DispatchTable  # the refitted table that answered, for diagnosis
+
+
+def leave_one_out_picks(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
+                        *, rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN) -> list[LeftOut]:
+    """For every measured shape (none if there is only one), the answer of the table refitted, pruning
+    included, from the other shapes alone: nothing of the left-out shape reaches its own prediction."""
     candidates = sorted({(o.variant, o.config_key) for o in observations})
     configs = {(o.variant, o.config_key): o.config for o in observations}
     entries = {c: {"variant": c[0], "config_key": c[1], "config": configs[c], "constraints": constraints(c[0], configs[c])}
@@ -167,25 +180,31 @@ def leave_one_out_regret(observations: Sequence[Observation], constraints: Calla
     quick = {(o.variant, o.config_key, o.m, o.n) for o in observations
              if o.repetitions is not None and o.repetitions <= QUICK_REPS}
     rows = _times_by_shape(candidates, shapes, times)
-    regrets: list[float] = []
-    misses = quick_picks = 0
+    picks: list[LeftOut] = []
     for held_out in shapes if len(shapes) > 1 else ():
         rest = [s for s in shapes if s != held_out]
         kept = _prune(candidates, {s: rows[s] for s in rest}, prune_margin)
-        reduced = {"format_version": FORMAT_VERSION, "gpu": "-", "dtype": "-", "rule": rule,
-                   "candidates": [entries[c] for c in kept],
-                   "points": [{"m": m, "n": n, "times": [times.get((*c, m, n)) for c in kept]} for m, n in rest]}
-        pick = DispatchTable(reduced).lookup(*held_out)
-        measured = list(rows[held_out].values())
-        key = (*kept[pick.candidate], *held_out) if pick is not None else None
-        chosen = times.get(key) if key else None
-        if chosen is None:  # chose a candidate not measured here: score it as the slowest measured
-            misses += 1
-            chosen = max(measured)
-        quick_picks += key in quick
-        regrets.append(chosen / min(measured))
-    result = summarize_regret(regrets, method="leave-one-out", misses=misses)
-    result["quick_picks"] = quick_picks
+        reduced = DispatchTable({"format_version": FORMAT_VERSION, "gpu": "-", "dtype": "-", "rule": rule,
+                                 "candidates": [entries[c] for c in kept],
+                                 "points": [{"m": m, "n": n, "times": [times.get((*c, m, n)) for c in kept]} for m, n in rest]})
+        pick = reduced.lookup(*held_out)
+        measured = rows[held_out]
+        chosen = kept[pick.candidate] if pick is not None else None
+        chosen_us = measured.get(chosen) if chosen else None
+        best = min(measured, key=measured.__getitem__)
+        scored_us = chosen_us if chosen_us is not None else max(measured.values())  # a miss counts as the slowest
+        picks.append(LeftOut(*held_out, chosen, best, scored_us / measured[best],
+                             chosen_us is None, chosen is not None and (*chosen, *held_out) in quick, reduced))
+    return picks
+
+
+def leave_one_out_regret(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
+                         *, rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN) -> dict[str, Any]:
+    """Geomean, p95 and max of :func:`leave_one_out_picks`' regrets, with misses (choices not
+    measured at the shape, scored as its slowest) and quick_picks (see the module docstring)."""
+    picks = leave_one_out_picks(observations, constraints, rule=rule, prune_margin=prune_margin)
+    result = summarize_regret([p.regret for p in picks], method="leave-one-out", misses=sum(p.missed for p in picks))
+    result["quick_picks"] = sum(p.quick for p in picks)
     return result
 
 
@@ -199,10 +218,21 @@ def summarize_regret(regrets: Sequence[float], method: str, misses: int = 0) -> 
             "method": method, "shapes": len(ordered), "misses": misses}
 
 
-def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
-              rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN, environment_id: int | None = None,
-              any_source: bool = False, include_peers: bool = False, save: bool = True) -> dict[str, Any]:
-    """Fit, score and (if ``save``) store the table of one (GPU, dtype, method); returns the document."""
+@dataclass(frozen=True)
+class FitInputs:
+    """What a fit of one (GPU model, dtype, timing method) reads (see :func:`fit_inputs`)."""
+    gpu: Any  # the GpuModel row
+    observations: list[Observation]
+    banned: set[tuple[str, str]]  # candidates with a failing row: never fitted
+    runs: list[int]
+    environment_id: int | None
+    constraints: Callable[[str, dict[str, Any]], dict[str, int]]  # (variant, config) -> its limits on this dtype
+
+
+def fit_inputs(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
+               environment_id: int | None = None, any_source: bool = False, include_peers: bool = False) -> FitInputs:
+    """The observations a fit uses (see the module docstring) and the candidates' constraints;
+    raises :class:`FitError` when there are none."""
     from kernels import KernelConfig, get_variant
 
     hashes: dict[str, str | None] = {}
@@ -241,16 +271,26 @@ def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "
     observations, banned, runs = select_observations(rows, current_hash, any_source, include)
     if not observations:
         raise FitError(f"no verified measurements of {gpu_key}/{dtype} with timing method {timing_method!r}")
+    return FitInputs(gpu, observations, banned, runs, environment_id, constraints)
+
+
+def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
+              rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN, environment_id: int | None = None,
+              any_source: bool = False, include_peers: bool = False, save: bool = True) -> dict[str, Any]:
+    """Fit, score and (if ``save``) store the table of one (GPU, dtype, method); returns the document."""
+    inputs = fit_inputs(session, gpu_key, dtype, timing_method, environment_id=environment_id,
+                        any_source=any_source, include_peers=include_peers)
+    observations, constraints, runs = inputs.observations, inputs.constraints, inputs.runs
     copies = {(c.m, c.n): c.median_us for c in reversed(queries.copy_references_for(session, gpu_key, dtype, timing_method))
               if c.run_id in runs}
-    document = build_document(observations, constraints, gpu=gpu_key, gpu_name=gpu.name, dtype=dtype,
+    document = build_document(observations, constraints, gpu=gpu_key, gpu_name=inputs.gpu.name, dtype=dtype,
                               timing_method=timing_method, rule=rule, copy_times=copies,
                               prune_margin=prune_margin, source_runs=runs,
-                              environment={"id": environment_id})
+                              environment={"id": inputs.environment_id})
     document["regret"] = leave_one_out_regret(observations, constraints, rule=rule, prune_margin=prune_margin)
-    document["excluded_failing"] = sorted(f"{v}[{k}]" for v, k in banned)
+    document["excluded_failing"] = sorted(f"{v}[{k}]" for v, k in inputs.banned)
     if save:
-        queries.save_table(session, gpu, dtype, timing_method, document, source_runs=runs,
+        queries.save_table(session, inputs.gpu, dtype, timing_method, document, source_runs=runs,
                            candidate_count=len(document["candidates"]), regret=document["regret"],
-                           environment_id=environment_id)
+                           environment_id=inputs.environment_id)
     return document

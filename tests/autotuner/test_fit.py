@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from autotuner.fit import Observation, build_document, leave_one_out_regret, prune
+from autotuner.fit import Observation, build_document, leave_one_out_picks, leave_one_out_regret, prune
 from autotuner.measure import QUICK_REPS
 
 
@@ -64,6 +64,16 @@ def test_leave_one_out_refits_the_pruning_without_the_left_out_shape():
     regret = leave_one_out_regret(observations(LEAK), no_constraints, prune_margin=0.03)
     assert regret["shapes"] == 3 and regret["misses"] == 0
     assert regret["max"] == pytest.approx(1.2)
+
+
+def test_each_left_out_shape_is_answered_by_a_table_that_lacks_it():
+    """The record behind the leave-one-out figures: per shape, the pick, the fastest candidate there
+    and the refitted table that answered, which holds no point of that shape."""
+    picks = {(p.m, p.n): p for p in leave_one_out_picks(observations(LEAK), no_constraints, prune_margin=0.03)}
+    left_out = picks[(1, 2048)]
+    assert left_out.chosen == ("P", "") and left_out.best == ("X", "") and left_out.regret == pytest.approx(1.2)
+    assert (1, 2048) not in {(p["m"], p["n"]) for p in left_out.table.points}
+    assert not left_out.missed and not left_out.quick
 
 
 def test_regret_is_against_the_best_of_every_candidate_before_pruning():
