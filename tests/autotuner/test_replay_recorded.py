@@ -86,9 +86,9 @@ def test_local_regret_beats_interpolated_times_out_of_sample(recorded):
 def test_clamped_rule_beats_the_previous_one_out_of_sample(recorded):
     """Leave-one-out regret of fit's default rule (local-regret-clamped) against the previous one
     (local-regret), both with the default 3 % prune margin, on the recording as recorded: lower
-    geomean on every dtype of both GPUs. docs/BENCHMARKS.md has the figures (H100, with triton_one_row
-    recorded: 1.016 / 1.019 / 1.018 against 1.019 / 1.021 / 1.024; H200 1.049 / 1.037 / 1.028 against
-    1.051 / 1.040 / 1.039). The H100 bound is issue 5's leave-one-out target."""
+    geomean on every dtype of both GPUs (docs/BENCHMARKS.md has the figures of the recordings the rule
+    was chosen on; with every row, stale sources included, as here). The H100 bound is issue 5's
+    leave-one-out target."""
     engine, gpu, dtypes = recorded
     with Session(engine) as session:
         for dtype in dtypes:
