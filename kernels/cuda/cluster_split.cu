@@ -9,8 +9,7 @@
 // share fits the registers). Rank 0 also holds the < 2 * VEC head/tail scalars, one per thread.
 //
 //   1. load the share (all loads in flight), thread max, then sum of exp(x - max) (fp32 rows keep
-//      those exps in place of x, and 16-bit rows with EXP16 keep the register part's as fp32 beside
-//      it, so step 5 only rescales them: one exp per element, not two);
+//      those exps in place of x, so step 5 only rescales them: one exp per element, not two);
 //   2. one MaxSum block reduction; thread 0 publishes the block's pair in its shared memory;
 //   3. cluster barrier (arrive.release / wait.acquire): every block's pair is visible;
 //   4. lanes 0..CLUSTER-1 of every warp read the CLUSTER pairs over DSM (mapa +
@@ -50,53 +49,8 @@ __device__ __forceinline__ float2 load_remote(const float2* local, unsigned targ
 
 }  // namespace cluster
 
-// The register part of a 16-bit share as fp32 exp(x - base), filled from the input tile, so the store
-// pass rescales instead of exponentiating again (two registers an element where the tile took one).
-template <typename T, int PACKS, int THREADS> struct ExpRegs16 {
-    static constexpr int VEC = 8;
-    float v[PACKS][VEC];
-
-    // Fills v (masked -inf slots give 0) and returns its sum.
-    __device__ __forceinline__ float fill(const smx::RowTile<T, VEC, PACKS, THREADS>& tile, float base) {
-        float s = 0.0f;
-#pragma unroll
-        for (int i = 0; i < PACKS; ++i)
-#pragma unroll
-            for (int k = 0; k < VEC / 2; ++k) {
-                const float2 p = smx::Word<T>::unpack(tile.w[i][k]);
-                v[i][2 * k] = smx::exp_from(p.x, base);
-                v[i][2 * k + 1] = smx::exp_from(p.y, base);
-                s += v[i][2 * k];
-                s += v[i][2 * k + 1];
-            }
-        return s;
-    }
-    // Writes v * scale for the tile's `vecs` body vectors (RowTile's layout: vector lane + i * THREADS).
-    __device__ __forceinline__ void store(T* __restrict__ row, int vecs, int lane, bool vec_ok, float scale) const {
-        T* __restrict__ base = row + lane * VEC;
-        const int left = vecs - lane;
-#pragma unroll
-        for (int i = 0; i < PACKS; ++i) {
-            if (i * THREADS < left) {
-                uint4 u;
-                u.x = smx::Word<T>::pack(v[i][0] * scale, v[i][1] * scale);
-                u.y = smx::Word<T>::pack(v[i][2] * scale, v[i][3] * scale);
-                u.z = smx::Word<T>::pack(v[i][4] * scale, v[i][5] * scale);
-                u.w = smx::Word<T>::pack(v[i][6] * scale, v[i][7] * scale);
-                smx::store_vec<T>(base + i * THREADS * VEC, u, vec_ok);
-            }
-        }
-    }
-};
-
-// Registers of row data a thread keeps: the input words, or (16-bit rows with EXP16) their fp32 exps.
-template <typename T, int PACKS, bool EXP16> constexpr int row_registers() {
-    return sizeof(T) == 2 && EXP16 ? 8 * PACKS : 4 * PACKS;
-}
-
-template <typename T, int CLUSTER, int THREADS, int PACKS, bool EXP16>
-__global__ void __cluster_dims__(CLUSTER, 1, 1)
-    __launch_bounds__(THREADS, smx::row_min_blocks(THREADS, row_registers<T, PACKS, EXP16>(), 32))
+template <typename T, int CLUSTER, int THREADS, int PACKS>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, smx::row_min_blocks(THREADS, 4 * PACKS, 32))
     softmax_cluster_split(const T* __restrict__ x, T* __restrict__ y, long long M, long long N) {
     constexpr int VEC = 16 / sizeof(T);
     constexpr int IN_REGS = PACKS * THREADS;  // share vectors held in registers; the rest in `cache`
@@ -118,7 +72,6 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1)
     const int extras = rank == 0 ? rs.head + rs.tail : 0;
 
     smx::RowTile<T, VEC, PACKS, THREADS> tile;
-    ExpRegs16<T, PACKS, THREADS> exps;  // used by 16-bit rows with EXP16 only
     tile.load(xs, front, tid);
     for (int b = tid + IN_REGS; b < count; b += THREADS)
         smx::cp_async16(&cache[b - IN_REGS], xs + static_cast<long long>(b) * VEC);
@@ -133,7 +86,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1)
     float s = extra_exp;
     if constexpr (sizeof(T) == 4) {
         // exp once: the share is replaced by exp(x - base), in registers and in shared memory, and
-        // step 5 rescales it (one MUFU.EX2 per element instead of two)
+        // step 5 rescales it (MUFU.EX2 throughput, not DRAM, bounds the store pass otherwise)
         s += tile.apply_sum([&](float v) { return smx::exp_from(v, base); });
         for (int b = tid + IN_REGS; b < count; b += THREADS)
             cache[b - IN_REGS] = smx::map_vec<T>(cache[b - IN_REGS], [&](float v) {
@@ -142,12 +95,8 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1)
                 return e;
             });
     } else {
-        if constexpr (EXP16) {
-            s += exps.fill(tile, base);
-        } else {
-            tile.reconvert_later(smx::opaque_zero());
-            tile.for_each([&](float v) { s += smx::exp_from(v, base); });
-        }
+        tile.reconvert_later(smx::opaque_zero());
+        tile.for_each([&](float v) { s += smx::exp_from(v, base); });
         for (int b = tid + IN_REGS; b < count; b += THREADS)
             smx::for_each_in<T>(cache[b - IN_REGS], [&](float v) { s += smx::exp_from(v, base); });
     }
@@ -175,12 +124,8 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1)
     };
     const bool vec_ok = smx::same_alignment<T, VEC>(xr, yr);
     T* __restrict__ ys = yr + rs.head + static_cast<long long>(begin) * VEC;
-    if constexpr (sizeof(T) == 2 && EXP16) {
-        exps.store(ys, front.vecs, tid, vec_ok, scale);
-    } else {
-        if constexpr (sizeof(T) == 2) tile.reconvert_later(smx::opaque_zero());
-        tile.store(ys, front, tid, vec_ok, out);
-    }
+    if constexpr (sizeof(T) == 2) tile.reconvert_later(smx::opaque_zero());
+    tile.store(ys, front, tid, vec_ok, out);
     for (int b = tid + IN_REGS; b < count; b += THREADS)
         smx::store_vec<T>(ys + static_cast<long long>(b) * VEC, smx::map_vec<T>(cache[b - IN_REGS], out), vec_ok);
     if (tid < extras) yr[smx::extra_index<VEC>(rs, tid)] = smx::from_float<T>(sizeof(T) == 4 ? extra_exp * scale : out(extra));

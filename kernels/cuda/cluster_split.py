@@ -108,7 +108,7 @@ class ClusterSplitCuda(CudaVariant):
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         return (
             f"softmax_cluster_split<{CUDA_TYPE[dtype]}, {config['cluster']}, {config['block']}, "
-            f"{config['packs']}, true>"
+            f"{config['packs']}>"
         )
 
     def all_name_expressions(self, dtype: str) -> list[str]:
