@@ -290,8 +290,9 @@ class KernelLauncher:
 
     Per call: the current device, its CUfunction (looked up once per device: CuPy loads a module per
     device), the raw current stream, one ``struct.pack_into`` and one cuLaunchKernel. Dynamic shared
-    memory beyond the default limit (``needs_smem_opt_in``) is opted into once per device and size. Thread-safe: each thread packs into its
-    own buffer (cuLaunchKernel copies the parameters before it returns)."""
+    memory beyond the default limit (``needs_smem_opt_in``) is opted into once per device and size.
+    Thread-safe: each thread packs into its own buffer (cuLaunchKernel copies the parameters before
+    it returns)."""
 
     def __init__(self, function: Any, block: Sequence[int], kinds: str) -> None:
         import struct
