@@ -7,8 +7,7 @@ coverage: its share of the shape's neighbour weight (``DispatchTable.neighbours`
 measured at every neighbour; for each neighbour it lacks, the constraint that keeps it out there.
 Then the largest regret among picks measured at every neighbour and among the others.
 
-Usage, from the repository root (``--any-source`` for a recording older than the kernel sources,
-as the H200 one is):
+Usage, from the repository root (``--any-source`` for a recording older than the kernel sources):
 
     python scripts/probe_loo_worst.py tests/data/h100_sweep.json.gz [--worst 6] [--any-source]
 """
