@@ -3,13 +3,19 @@
 # one call. Imports tests/data/h100_sweep.json.gz and h100_heldout.json.gz into fresh SQLite files,
 # resumes the default-grid sweep (measures what the current code lacks: variants whose source
 # changed, new configs), re-times disturbed rows (--retime-unstable 2), re-measures every copy
-# reference (--recopy), sweeps what the held-out shapes lack (`autotuner evaluate`, whose runs the
-# fit never reads), and exports both recordings to $OUT. Keep the two budgets and the exports inside
-# the device call's limit: the databases live in /tmp of the lent machine only.
-# Usage: bash scripts/device_run.sh bash scripts/device_update_recordings.sh [GRID_BUDGET] [HELD_BUDGET]
+# reference (--recopy, unless RECOPY=0), sweeps the extra rows EXTRA_M (the rows between the
+# peers-grid M values that the shipped tables are also fitted on, docs/SWEEP.md) and re-times what
+# they show disturbed, sweeps what the held-out shapes lack (`autotuner evaluate`, whose runs the fit
+# never reads), and exports both recordings to $OUT. Keep the budgets and the exports inside the
+# device call's limit: the databases live in /tmp of the lent machine only.
+# Usage: bash scripts/device_run.sh bash scripts/device_update_recordings.sh \
+#            [GRID_BUDGET] [HELD_BUDGET] [EXTRA_BUDGET]     (environment: EXTRA_M, RECOPY)
 set -euo pipefail
 grid_budget=${1:-300s}
 held_budget=${2:-60s}
+extra_budget=${3:-240s}
+extra_m=${EXTRA_M:-16,64,256}
+recopy=$([ "${RECOPY:-1}" = 0 ] || echo --recopy)
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 grid_db=/tmp/h100_grid.sqlite
@@ -17,9 +23,15 @@ held_db=/tmp/h100_heldout.sqlite
 rm -f "$grid_db" "$held_db"
 python -m autotuner import tests/data/h100_sweep.json.gz --db "$grid_db"
 python -m autotuner import tests/data/h100_heldout.json.gz --db "$held_db"
-python -m autotuner sweep --gpu h100 --db "$grid_db" --time-cap 0.3 --retime-unstable 2 --recopy \
+python -m autotuner sweep --gpu h100 --db "$grid_db" --time-cap 0.3 --retime-unstable 2 $recopy \
   --budget "$grid_budget" 2>&1 | tail -n 25
-# evaluate marks its runs held-out (fit never reads them); it resumes like a sweep
+# the extra rows, and re-times what they show disturbed on the whole grid (a row over 3x the same
+# kernel's time at a larger shape: an extra row can be that larger shape)
+default_m=$(python -c 'from autotuner.grid import DEFAULT_M; print(",".join(map(str, DEFAULT_M)))')
+python -m autotuner sweep --gpu h100 --db "$grid_db" --time-cap 0.3 --m "$default_m,$extra_m" --retime-unstable 2 \
+  --budget "$extra_budget" 2>&1 | tail -n 12
+# evaluate marks its runs held-out (fit never reads them); it resumes like a sweep. Its scoring step
+# then fails ("no fitted cold table"): this database holds no table; the CPU scores the recording.
 timeout "${held_budget%s}" python -m autotuner evaluate --gpu h100 --db "$held_db" \
   --m 3,77,2000 --n 2500,12000,50257,128256 2>&1 | tail -n 8 || true
 python -m autotuner export "$out/h100_sweep.json.gz" --db "$grid_db" --gpu h100

@@ -13,8 +13,9 @@ occupancy query x SMs), block b takes work b, the lowest latency; beyond that bl
 from an atomic ticket counter in the order they start, so no block ever waits for a row-mate that
 cannot be scheduled (the proof is in ``grid_split.cu``) and freed SMs take the next rows at once.
 On the H100 that ticketed regime (M = 32-128, rows of 0.25-1 MB) ran 5-15 % behind the cluster and
-smem-cache kernels, so the declared ``m_max`` keeps sweeps and tables to one wave on a 132-SM GPU;
-a direct call with more rows still runs correctly in one launch.
+smem-cache kernels. The declared ``m_max`` still lets sweeps and tables reach four waves on a 132-SM
+GPU (``WAVES``), so that the fit sees where it loses instead of extrapolating its one-wave wins; a
+direct call with more rows still runs correctly in one launch.
 
 Slot arrays (two int64 per (row, split), zero-filled once) and ticket counters are kept per
 (device, stream, S): two streams running this kernel at once must not share them, and the slots of
@@ -32,7 +33,13 @@ from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
 from kernels.cuda.two_pass import MAX_GRID_X, MAX_ROW, vector_width
 
-REFERENCE_SMS = 132  # H100 SXM / H200: the declared m_max keeps sweeps and tables to one wave
+REFERENCE_SMS = 132  # H100 SXM / H200: the declared m_max counts waves of this many SMs
+# Waves of resident blocks the declared m_max allows. With one wave the grid's M = 64 row had no
+# times of this kernel, so the fit extrapolated its wins at M = 16 over M = 32 (leave-one-out regret
+# 1.16-1.19 at fp16 / bf16 32x50257 and 32x65536, where the cluster kernel wins); two waves moved the
+# edge to between M = 32 and 64 (fp32 32x50257: 1.41). Four put the ticketed times at M = 64-128
+# into the sweep and the tables, which the H100 leave-one-out scores best (docs/BENCHMARKS.md).
+WAVES = 4
 
 
 def guaranteed_blocks_per_sm(block: int, packs: int) -> int:
@@ -85,9 +92,9 @@ class GridSplitCuda(CudaVariant):
             # at least a warp's worth of vectors per block; at most what the registers hold
             "n_min": split * 32 * vec,
             "n_max": min(MAX_ROW, split * block * packs * vec),
-            # one wave on a 132-SM GPU: the ticketed regime beyond it runs correctly but was never
-            # the fastest of our kernels on the H100 sweep (docs/BENCHMARKS.md), so tables keep out
-            "m_max": max(1, guaranteed_blocks_per_sm(block, packs) * REFERENCE_SMS // split),
+            # WAVES waves on a 132-SM GPU: the ticketed regime beyond one wave runs correctly but is
+            # rarely the fastest of our kernels; sweeps measure it that far, so fits see where it loses
+            "m_max": max(1, WAVES * guaranteed_blocks_per_sm(block, packs) * REFERENCE_SMS // split),
         }
 
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
