@@ -205,7 +205,8 @@ class DispatchTable:
         stencil = self.neighbours(m, n)
         if not stencil:  # local-regret past the grid's corner: no line reaches the query
             return self._nearest(m, n, allowed)
-        regrets = [self._log_regret[corner] for corner, _ in stencil]
+        # per candidate, its log regrets at the neighbours (one transpose, not a list per candidate)
+        columns = list(zip(*[self._log_regret[corner] for corner, _ in stencil]))
         weights = [weight for _, weight in stencil]
         # one pass over candidates x neighbours: each candidate measured at some neighbour and its
         # weighted mean log regret over the neighbours where it was measured; the candidates measured
@@ -214,7 +215,7 @@ class DispatchTable:
         complete: list[list[float]] = []
         partial: dict[int, list[float | None]] = {}
         for i in allowed:
-            values = [row[i] for row in regrets]
+            values = columns[i]
             if None not in values:
                 complete.append(values)
                 theta[i] = sum(map(operator.mul, weights, values))  # the weights sum to 1
