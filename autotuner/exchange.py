@@ -29,7 +29,7 @@ import math
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy.orm import Session
 
 from db import queries
@@ -66,6 +66,18 @@ def _as_utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
+def _utc_in_range(value: datetime) -> datetime:
+    """A record's time in UTC. One that UTC cannot hold (year 1 at a positive offset, year 9999 at a
+    negative one) is refused here, as a validation error, rather than overflowing in the import."""
+    try:
+        return _as_utc(value)
+    except OverflowError:
+        raise ValueError(f"{value.isoformat()} lies outside the years 1-9999 once converted to UTC") from None
+
+
+Timestamp = Annotated[datetime, AfterValidator(_utc_in_range)]
+
+
 class GpuRecord(_Record):
     key: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$", description="normalised model key, e.g. h100")
     name: str = Field(min_length=1, max_length=128)
@@ -83,7 +95,7 @@ class EnvironmentRecord(_Record):
     triton: Optional[str] = Field(default=None, max_length=32)
     cupy: Optional[str] = Field(default=None, max_length=32)
     python: Optional[str] = Field(default=None, max_length=32)
-    created_at: Optional[datetime] = None
+    created_at: Optional[Timestamp] = None
 
 
 class CandidateRecord(_Record):
@@ -123,7 +135,7 @@ class MeasurementRecord(_Record):
     max_rel_error: Optional[NonNegative] = None
     compile_seconds: Optional[NonNegative] = None
     error: Optional[str] = Field(default=None, max_length=65_536)
-    created_at: Optional[datetime] = None
+    created_at: Optional[Timestamp] = None
 
 
     @model_validator(mode="after")
@@ -151,8 +163,8 @@ class RunRecord(_Record):
     environment: EnvironmentRecord
     timing_method: Literal[TIMING_METHODS]  # type: ignore[valid-type]
     status: Literal[RUN_STATUSES] = "finished"  # type: ignore[valid-type]
-    started_at: datetime
-    finished_at: Optional[datetime] = None
+    started_at: Timestamp
+    finished_at: Optional[Timestamp] = None
     host: Optional[str] = Field(default=None, max_length=128)
     command: Optional[str] = Field(default=None, max_length=65_536)
     grid: Optional[dict[str, Any]] = None
@@ -193,7 +205,7 @@ class RunRecord(_Record):
 
 class ExchangeDocument(_Record):
     format_version: Literal[FORMAT_VERSION] = Field(description=f"this program reads version {FORMAT_VERSION}")  # type: ignore[valid-type]
-    exported_at: Optional[datetime] = None
+    exported_at: Optional[Timestamp] = None
     runs: list[RunRecord]
 
 

@@ -174,6 +174,9 @@ def test_export_filters_by_run_and_gpu(source_engine):
 @pytest.mark.parametrize("path, value, message", [
     (("runs", 0, "measurements", 0, "m"), "4096", "valid integer"),
     (("runs", 0, "started_at"), 0, "valid datetime"),
+    (("runs", 0, "started_at"), "0001-01-01T00:00:00+01:00", "outside the years 1-9999"),
+    (("runs", 0, "finished_at"), "9999-12-31T23:00:00-05:00", "outside the years 1-9999"),
+    (("exported_at",), "0001-01-01T00:30:00+01:00", "outside the years 1-9999"),
     (("runs", 0, "measurements", 0, "status"), "great", "Input should be 'ok'"),
     (("runs", 0, "measurements", 0, "dtype"), "float16", "Input should be 'fp32'"),
     (("runs", 0, "measurements", 0, "median_us"), -1.0, "greater than 0"),

@@ -90,6 +90,8 @@ def test_an_upload_is_stored_and_served(empty_server, document, auth):
     (lambda d: d["runs"][0]["gpu"].pop("key"), "body field runs[0].gpu.key"),
     (lambda d: d.update(format_version=7), "body field format_version"),
     (lambda d: d["runs"][0]["measurements"][3].update(dtype="int8"), "body field runs[0].measurements[3].dtype"),
+    # a time UTC cannot hold (found by the schema fuzz test: it was a 500)
+    (lambda d: d["runs"][0].update(finished_at="0001-01-01T00:00:00+01:00"), "body field runs[0].finished_at"),
 ])
 def test_a_bad_document_is_422_naming_the_field_and_writes_nothing(empty_server, document, auth, breakage, place):
     client, url = empty_server
