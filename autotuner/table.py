@@ -212,8 +212,8 @@ class DispatchTable:
         # weighted mean log regret over the neighbours where it was measured; the candidates measured
         # at every neighbour (complete) and the others (partial) kept apart for _fit_effects
         theta: dict[int, float] = {}
-        complete: list[list[float]] = []
-        partial: dict[int, list[float | None]] = {}
+        complete: list[tuple[float, ...]] = []
+        partial: dict[int, tuple[float | None, ...]] = {}
         for i in allowed:
             values = columns[i]
             if None not in values:
