@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the lent GPU (through scripts/device_run.sh): bring the committed H100 recordings up to date in
-# one call. Imports tests/data/h100_sweep.json.gz and h100_heldout.json.gz into fresh SQLite files,
+# On the lent GPU (through scripts/device_run.sh): bring the committed recordings of GPU (h100 unless
+# the environment says GPU=h200) up to date in one call. Imports tests/data/${GPU}_sweep.json.gz and
+# ${GPU}_heldout.json.gz into fresh SQLite files,
 # resumes the default-grid sweep (measures what the current code lacks: variants whose source
 # changed, new configs), re-times disturbed rows (--retime-unstable 2), re-measures every copy
 # reference (--recopy, unless RECOPY=0), sweeps the extra rows EXTRA_M (the rows between the
@@ -9,30 +10,31 @@
 # never reads), and exports both recordings to $OUT. Keep the budgets and the exports inside the
 # device call's limit: the databases live in /tmp of the lent machine only.
 # Usage: bash scripts/device_run.sh bash scripts/device_update_recordings.sh \
-#            [GRID_BUDGET] [HELD_BUDGET] [EXTRA_BUDGET]     (environment: EXTRA_M, RECOPY)
+#            [GRID_BUDGET] [HELD_BUDGET] [EXTRA_BUDGET]     (environment: GPU, EXTRA_M, RECOPY)
 set -euo pipefail
 grid_budget=${1:-300s}
 held_budget=${2:-60s}
 extra_budget=${3:-240s}
 extra_m=${EXTRA_M:-16,64,256}
+gpu=${GPU:-h100}
 recopy=$([ "${RECOPY:-1}" = 0 ] || echo --recopy)
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-grid_db=/tmp/h100_grid.sqlite
-held_db=/tmp/h100_heldout.sqlite
+grid_db=/tmp/${gpu}_grid.sqlite  # device_refit_and_bench.sh reads /tmp/h100_grid.sqlite
+held_db=/tmp/${gpu}_heldout.sqlite
 rm -f "$grid_db" "$held_db"
-python -m autotuner import tests/data/h100_sweep.json.gz --db "$grid_db"
-python -m autotuner import tests/data/h100_heldout.json.gz --db "$held_db"
-python -m autotuner sweep --gpu h100 --db "$grid_db" --time-cap 0.3 --retime-unstable 2 $recopy \
+python -m autotuner import tests/data/${gpu}_sweep.json.gz --db "$grid_db"
+python -m autotuner import tests/data/${gpu}_heldout.json.gz --db "$held_db"
+python -m autotuner sweep --gpu "$gpu" --db "$grid_db" --time-cap 0.3 --retime-unstable 2 $recopy \
   --budget "$grid_budget" 2>&1 | tail -n 25
 # the extra rows, and re-times what they show disturbed on the whole grid (a row over 3x the same
 # kernel's time at a larger shape: an extra row can be that larger shape)
 default_m=$(python -c 'from autotuner.grid import DEFAULT_M; print(",".join(map(str, DEFAULT_M)))')
-python -m autotuner sweep --gpu h100 --db "$grid_db" --time-cap 0.3 --m "$default_m,$extra_m" --retime-unstable 2 \
+python -m autotuner sweep --gpu "$gpu" --db "$grid_db" --time-cap 0.3 --m "$default_m,$extra_m" --retime-unstable 2 \
   --budget "$extra_budget" 2>&1 | tail -n 12
 # evaluate marks its runs held-out (fit never reads them); it resumes like a sweep. Its scoring step
 # then fails ("no fitted cold table"): this database holds no table; the CPU scores the recording.
-timeout "${held_budget%s}" python -m autotuner evaluate --gpu h100 --db "$held_db" \
+timeout "${held_budget%s}" python -m autotuner evaluate --gpu "$gpu" --db "$held_db" \
   --m 3,77,2000 --n 2500,12000,50257,128256 2>&1 | tail -n 8 || true
-python -m autotuner export "$out/h100_sweep.json.gz" --db "$grid_db" --gpu h100
-python -m autotuner export "$out/h100_heldout.json.gz" --db "$held_db" --gpu h100
+python -m autotuner export "$out/${gpu}_sweep.json.gz" --db "$grid_db" --gpu "$gpu"
+python -m autotuner export "$out/${gpu}_heldout.json.gz" --db "$held_db" --gpu "$gpu"
