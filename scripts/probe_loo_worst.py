@@ -25,18 +25,13 @@ from sqlalchemy.orm import Session
 from autotuner.exchange import import_runs
 from autotuner.fit import LeftOut, fit_inputs, leave_one_out_picks
 from db import GpuModel, Measurement, make_engine
-
-LIMITS = (("n_min", lambda n, m, v: n < v), ("n_max", lambda n, m, v: n > v),
-          ("n_multiple_of", lambda n, m, v: n % v != 0), ("m_min", lambda n, m, v: m < v),
-          ("m_max", lambda n, m, v: m > v))
-
+from kernels.base import check_constraints
 
 def excluded_by(constraints: Mapping[str, int], m: int, n: int) -> str:
-    """The first limit that rules (m, n) out, as 'name value'; 'not measured' if none does."""
-    for name, breaks in LIMITS:
-        if name in constraints and breaks(n, m, constraints[name]):
-            return f"{name} {constraints[name]}"
-    return "not measured"
+    """Why a candidate has no time at (m, n): the limit that rules it out there
+    (``kernels.base.check_constraints``' reason), or 'not measured' if none does."""
+    support = check_constraints(dict(constraints), m, n)
+    return "not measured" if support else support.reason
 
 
 def coverage(left_out: LeftOut) -> tuple[float, list[str]]:
