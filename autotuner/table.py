@@ -236,7 +236,7 @@ class DispatchTable:
             _fit_effects(weights, complete, partial, theta)
         best = min(theta, key=lambda i: (theta[i], i))
         log_time = weight_sum = 0.0
-        for (corner, weight) in stencil:
+        for corner, weight in stencil:
             time = self._exact[corner]["times"][best]
             if time is not None and time > 0:
                 log_time += weight * math.log(time)
