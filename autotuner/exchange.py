@@ -59,7 +59,7 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-def _as_utc(value: datetime | None) -> datetime | None:
+def as_utc(value: datetime | None) -> datetime | None:
     """Naive times are UTC (SQLite returns them so); aware ones are converted to UTC."""
     if value is None:
         return None
@@ -67,10 +67,10 @@ def _as_utc(value: datetime | None) -> datetime | None:
 
 
 def _utc_in_range(value: datetime) -> datetime:
-    """A record's time in UTC. One that UTC cannot hold (year 1 at a positive offset, year 9999 at a
+    """A record's time in UTC (so the import stores it as it is). One that UTC cannot hold (year 1 at a positive offset, year 9999 at a
     negative one) is refused here, as a validation error, rather than overflowing in the import."""
     try:
-        return _as_utc(value)
+        return as_utc(value)
     except OverflowError:
         raise ValueError(f"{value.isoformat()} lies outside the years 1-9999 once converted to UTC") from None
 
@@ -285,9 +285,9 @@ def _run_record(session: Session, run: SweepRun) -> dict[str, Any]:
         "environment": {"fingerprint": environment.fingerprint, "driver": environment.driver,
                         "cuda": environment.cuda, "torch": environment.torch, "triton": environment.triton,
                         "cupy": environment.cupy, "python": environment.python,
-                        "created_at": _as_utc(environment.created_at)},
+                        "created_at": as_utc(environment.created_at)},
         "timing_method": run.timing_method, "status": run.status,
-        "started_at": _as_utc(run.started_at), "finished_at": _as_utc(run.finished_at),
+        "started_at": as_utc(run.started_at), "finished_at": as_utc(run.finished_at),
         "host": run.host, "command": run.command, "grid": run.grid,
         "candidates": candidates,
         "measurements": measurements,
@@ -298,7 +298,7 @@ def _run_record(session: Session, run: SweepRun) -> dict[str, Any]:
 def _measurement_record(row: Measurement, candidate: int) -> dict[str, Any]:
     record = {"candidate": candidate, "m": row.m, "n": row.n, "dtype": row.dtype}
     record.update({field: getattr(row, field) for field in queries.MEASUREMENT_FIELDS})
-    record["created_at"] = _as_utc(row.created_at)
+    record["created_at"] = as_utc(row.created_at)
     return record
 
 
@@ -325,18 +325,18 @@ def import_runs(session: Session, document: ExchangeDocument | bytes | str | Map
                                         **record.gpu.model_dump(exclude={"key", "name"}))
         versions = record.environment.model_dump(exclude={"fingerprint", "created_at"})
         if record.environment.created_at is not None:  # else the column's default (now) applies
-            versions["created_at"] = _as_utc(record.environment.created_at)
+            versions["created_at"] = record.environment.created_at
         environment = queries.get_or_create_environment(session, record.environment.fingerprint, **versions)
-        started_at = _as_utc(record.started_at)
+        started_at = record.started_at
         run = queries.find_run(session, gpu.id, environment.id, record.timing_method, started_at, record.host)
         if run is None:
             run = queries.create_run(
                 session, gpu, environment, record.timing_method, status=record.status, started_at=started_at,
-                finished_at=_as_utc(record.finished_at), host=record.host, command=record.command, grid=record.grid,
+                finished_at=record.finished_at, host=record.host, command=record.command, grid=record.grid,
             )
             created += 1
         else:
-            run.status, run.finished_at = record.status, _as_utc(record.finished_at)
+            run.status, run.finished_at = record.status, record.finished_at
             run.command, run.grid = record.command, record.grid
             reused += 1
         ids = [
@@ -348,7 +348,7 @@ def import_runs(session: Session, document: ExchangeDocument | bytes | str | Map
             fields = row.model_dump(include=set(queries.MEASUREMENT_FIELDS))
             stored = queries.record_measurement(session, run.id, ids[row.candidate], row.m, row.n, row.dtype, **fields)
             if row.created_at is not None:
-                stored.created_at = _as_utc(row.created_at)
+                stored.created_at = row.created_at
         for copy in record.copy_references:
             queries.record_copy_reference(session, run.id, copy.m, copy.n, copy.dtype,
                                           **copy.model_dump(include=set(COPY_FIELDS)))

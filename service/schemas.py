@@ -3,24 +3,20 @@ columns without the API changing, and the reverse. The upload body is the exchan
 ``autotuner/exchange.py``, shared with the CLI."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from autotuner.exchange import TIMING_METHODS
+from autotuner.exchange import TIMING_METHODS, as_utc
 from service.config import DIM_CEILING
 from service.params import DTYPE_HELP, DtypeName
 
 ConfigValue = int | float | str | bool
 
 
-def _utc(value: datetime) -> datetime:
-    # SQLite hands times back without a zone; they were stored in UTC, and RFC 3339 needs the offset.
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
-
-
-UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
+# SQLite hands times back without a zone; they were stored in UTC, and RFC 3339 needs the offset.
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class ErrorBody(BaseModel):
