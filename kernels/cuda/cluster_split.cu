@@ -8,19 +8,25 @@
 // dynamic shared memory slot b - PACKS * THREADS by cp.async (the host sizes it from N; 0 when the
 // share fits the registers). Rank 0 also holds the < 2 * VEC head/tail scalars, one per thread.
 //
+//   0. thread 0 sets up the block's mbarrier to expect CLUSTER * WARPS pairs (8 bytes each) and
+//      every thread arrives (relaxed) on the cluster barrier, so the set-up is visible cluster-wide
+//      once the cluster has arrived: blocks of a cluster start together, so the wait in step 3
+//      costs nothing;
 //   1. load the share (all loads in flight), thread max, then sum of exp(x - max) (fp32 rows keep
 //      those exps in place of x, so step 5 only rescales them: one exp per element, not two);
-//   2. one MaxSum block reduction; thread 0 publishes the block's pair in its shared memory;
-//   3. cluster barrier (arrive.release / wait.acquire): every block's pair is visible;
-//   4. lanes 0..CLUSTER-1 of every warp read the CLUSTER pairs over DSM (mapa +
-//      ld.shared::cluster) and a warp merge gives every thread the row's (max, sum); the merge
-//      order is the same in every warp and block, so the whole row uses one bitwise (max, sum);
-//   5. arrive on a second cluster barrier (done reading remote shared memory), write the share
-//      from registers / shared memory, and wait on that barrier before exiting, so no block's
-//      shared memory is released while another block of the cluster may still read it.
-// The row is read from global memory once and written once, whatever M. Cluster operations are
-// inline PTX (no cooperative_groups header needed under NVRTC). fp32 accumulation; edge rows as
-// torch.softmax.
+//   2. one warp merge: every warp has its (max, sum) pair;
+//   3. wait on the cluster barrier of step 0, then lane r of every warp pushes its warp's pair into
+//      slot (rank, warp) of block r's `pairs` by st.async, which counts the bytes on block r's
+//      mbarrier. No block barrier, no second cluster barrier: a block waits only for the bytes
+//      addressed to it;
+//   4. wait on the own mbarrier (all CLUSTER * WARPS pairs arrived), then every warp merges the
+//      pairs in the same order (lane l takes slots l, l + 32, ..., then a warp merge), so the whole
+//      row uses one bitwise (max, sum);
+//   5. write the share from registers / shared memory.
+// Shared memory stays valid for as long as anyone writes to it: a block exits only after its
+// mbarrier has counted every pair addressed to it, and nothing else is read remotely. The row is
+// read from global memory once and written once, whatever M. Cluster operations are inline PTX (no
+// cooperative_groups header needed under NVRTC). fp32 accumulation; edge rows as torch.softmax.
 #include "softmax_common.cuh"
 
 namespace cluster {
@@ -35,16 +41,44 @@ __device__ __forceinline__ unsigned index_x() {
     asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
     return r;
 }
-__device__ __forceinline__ void arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-// The float2 at `local`'s shared-memory offset in block `target` of this cluster.
-__device__ __forceinline__ float2 load_remote(const float2* local, unsigned target) {
-    const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// The address of `local`'s shared-memory offset in block `target` of this cluster.
+__device__ __forceinline__ unsigned remote_address(unsigned local, unsigned target) {
     unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(target));
-    float2 v;
-    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
-    return v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(target));
+    return remote;
+}
+// Cluster barrier: a relaxed arrive (orders nothing but what the mbarrier fence released) and the
+// acquiring wait.
+__device__ __forceinline__ void arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// One thread: an mbarrier whose phase 0 completes once `bytes` have arrived by st.async (its one
+// expected arrival is made here), with the initialisation released to the cluster.
+__device__ __forceinline__ void expect_bytes(unsigned long long* barrier, unsigned bytes) {
+    const unsigned addr = shared_address(barrier);
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(addr) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(addr), "r"(bytes) : "memory");
+}
+// Store `v` at `local`'s offset in block `target`, counted on `barrier`'s copy in that block.
+__device__ __forceinline__ void push(const float2* local, float2 v, const unsigned long long* barrier, unsigned target) {
+    const unsigned slot = remote_address(shared_address(local), target);
+    const unsigned bar = remote_address(shared_address(barrier), target);
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+                 ::"r"(slot), "f"(v.x), "f"(v.y), "r"(bar) : "memory");
+}
+// Wait until phase 0 of the block's own mbarrier completes (acquire: the pushed bytes are visible).
+__device__ __forceinline__ void wait_bytes(const unsigned long long* barrier) {
+    const unsigned addr = shared_address(barrier);
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_PAIRS:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], 0;\n"
+        "@!done bra WAIT_PAIRS;\n"
+        "}\n" ::"r"(addr) : "memory");
 }
 
 }  // namespace cluster
@@ -54,9 +88,13 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, smx::
     softmax_cluster_split(const T* __restrict__ x, T* __restrict__ y, long long M, long long N) {
     constexpr int VEC = 16 / sizeof(T);
     constexpr int IN_REGS = PACKS * THREADS;  // share vectors held in registers; the rest in `cache`
+    constexpr int WARPS = THREADS / 32;
+    constexpr int PAIRS = CLUSTER * WARPS;  // slot rank * WARPS + warp: that warp's (max, sum)
     extern __shared__ uint4 cache[];
-    __shared__ smx::MaxSum scratch[THREADS / 32];
-    __shared__ float2 partial;
+    __shared__ float2 pairs[PAIRS];
+    __shared__ alignas(8) unsigned long long pairs_arrived;  // mbarrier counting the bytes of `pairs`
+    if (threadIdx.x == 0) cluster::expect_bytes(&pairs_arrived, PAIRS * sizeof(float2));
+    cluster::arrive_relaxed();
     const unsigned rank = cluster::rank();
     const long long offset = static_cast<long long>(cluster::index_x()) * N;
     const T* __restrict__ xr = x + offset;
@@ -100,19 +138,17 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, smx::
         for (int b = tid + IN_REGS; b < count; b += THREADS)
             smx::for_each_in<T>(cache[b - IN_REGS], [&](float v) { s += smx::exp_from(v, base); });
     }
-    const smx::MaxSum mine = smx::block_merge<THREADS>(smx::MaxSum{m, s}, scratch);
-    if (tid == 0) partial = make_float2(mine.m, mine.s);
-
-    cluster::arrive();
-    cluster::wait();
-    smx::MaxSum pair{SOFTMAX_NEG_INF, 0.0f};
+    const smx::MaxSum mine = smx::warp_merge(smx::MaxSum{m, s});
     const int lane = tid & 31;
-    if (lane < CLUSTER) {
-        const float2 p = cluster::load_remote(&partial, static_cast<unsigned>(lane));
-        pair = smx::MaxSum{p.x, p.y};
-    }
+    cluster::wait();  // every block's mbarrier is set up
+    if (lane < CLUSTER)
+        cluster::push(&pairs[rank * WARPS + (tid >> 5)], make_float2(mine.m, mine.s), &pairs_arrived,
+                      static_cast<unsigned>(lane));
+    cluster::wait_bytes(&pairs_arrived);
+    smx::MaxSum pair{SOFTMAX_NEG_INF, 0.0f};
+#pragma unroll
+    for (int i = lane; i < PAIRS; i += 32) pair = smx::merge(pair, smx::MaxSum{pairs[i].x, pairs[i].y});
     const smx::MaxSum row = smx::warp_merge(pair);
-    cluster::arrive();  // release: orders the remote loads before it (a relaxed arrive would not)
 
     const float inv = 1.0f / row.s;
     // fp32: the share holds exp(x - base); exp(base - row.m) / sum turns it into the output (0 for a
@@ -129,5 +165,4 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, smx::
     for (int b = tid + IN_REGS; b < count; b += THREADS)
         smx::store_vec<T>(ys + static_cast<long long>(b) * VEC, smx::map_vec<T>(cache[b - IN_REGS], out), vec_ok);
     if (tid < extras) yr[smx::extra_index<VEC>(rs, tid)] = smx::from_float<T>(sizeof(T) == 4 ? extra_exp * scale : out(extra));
-    cluster::wait();
 }
