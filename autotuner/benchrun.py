@@ -1,6 +1,6 @@
 """``autotuner bench``: the dispatched ``softmax`` against a copy of the same bytes, ``torch.softmax``,
 and QuACK / Liger where importable, all timed the same way in one process (CUDA events, L2 flushed
-before each timed call, median). The copy is the faster of torch's ``copy_`` and a plain vector copy
+before each timed call, median; several rounds on fresh buffers, see ``bench_shapes``). The copy is the faster of torch's ``copy_`` and a plain vector copy
 (``autotuner.measure.copy_reference``). Runs in-process: it measures the product, not candidates, so a
 faulting kernel here is a bug to fix, not a row to record.
 """
@@ -33,37 +33,85 @@ def peer_launchers(dtype: str, n: int) -> dict[str, Callable[[Any, Any], None]]:
     return launchers
 
 
-def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def _checked_time(timer: Any, x: Any, dtype: str, call: Callable[[], Any]) -> float | str | None:
+    """Median time of ``call()`` (which returns its softmax of ``x``) once its first result passes the
+    float64 check; "WRONG" where it does not."""
+    if not check_softmax(call(), x, dtype).ok:
+        return "WRONG"
+    return timer.time(call).median_us
+
+
+def _writing_into_poisoned(launch: Callable[[Any, Any], None], x: Any) -> Callable[[], Any]:
+    """``launch(x, out)`` as a call returning ``out``, a NaN-filled buffer made here."""
     import torch
 
-    from autotuner import select_kernel, softmax
+    out = torch.full_like(x, float("nan"))
+    return lambda: (launch(x, out), out)[1]
+
+
+def _round(timer: Any, m: int, n: int, dtype: str, peers: dict[str, Callable[[Any, Any], None]], shift: int) -> dict[str, Any]:
+    """One round on a fresh input and fresh outputs: the copy, the dispatched softmax and each peer,
+    in an order rotated by ``shift``. A peer that raises gets "ERR:<exception>" in place of a time."""
+    import torch
+
+    from autotuner import softmax
     from autotuner.measure import copy_reference
+
+    x = random_input(m, n, dtype)
+    out = torch.empty_like(x)
+    runners: dict[str, Callable[[], Any]] = {
+        "copy": lambda: copy_reference(timer, x, out).median_us,
+        "dispatched": lambda: _checked_time(timer, x, dtype, lambda: softmax(x)),
+    }
+    for name, launch in peers.items():  # each peer's output exists only while the peer is timed
+        runners[name] = lambda f=launch: _checked_time(timer, x, dtype, _writing_into_poisoned(f, x))
+    labels = list(runners)
+    shift %= len(labels)
+    times: dict[str, Any] = {}
+    for label in labels[shift:] + labels[:shift]:
+        try:
+            times[label] = runners[label]()
+        except Exception as exc:  # peers fail on some shapes (QuACK at N=50257): record, go on
+            if label in ("copy", "dispatched"):  # ours: a bug to see, not a row to record
+                raise
+            times[label] = f"ERR:{type(exc).__name__}"
+    return times
+
+
+def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", progress: Callable[[str], None] | None = None,
+                 rounds: int = 3) -> list[dict[str, Any]]:
+    """Per shape, ``rounds`` rounds (``_round``: fresh input and buffers, order rotated by one each
+    round). A kernel's figure is the median of its rounds (a failure in any round is reported instead);
+    the copy's is its fastest round, the speed of light this GPU showed on the shape, so no fraction of
+    it is flattered by a slow copy. Fresh buffers each round because one placement of a pair of 128 MB
+    buffers was seen to slow everything written there by 15 % (docs/BENCHMARKS.md, "The copy
+    reference"); the median over placements is what a caller meets."""
+    import statistics
+
+    import torch
+
+    from autotuner import select_kernel
     from autotuner.timing import Timer
 
     timer = Timer(method, time_cap_s=0.3)
     rows = []
     for m, n, dtype in shapes:
-        x = random_input(m, n, dtype)
-        out = torch.empty_like(x)
-        row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n}
-        row["copy_us"] = copy_reference(timer, x, out).median_us
         choice = select_kernel(m, n, dtype)
-        row["dispatched"] = f"{choice.variant}[{choice.config_key}]"
-        checked = check_softmax(softmax(x), x, dtype)
-        row["dispatched_us"] = timer.time(lambda: softmax(x)).median_us if checked.ok else None
-        for name, launch in peer_launchers(dtype, n).items():
-            try:
-                peer_out = torch.full_like(x, float("nan"))
-                launch(x, peer_out)
-                result = check_softmax(peer_out, x, dtype)
-                row[f"{name}_us"] = timer.time(lambda f=launch: f(x, peer_out)).median_us if result.ok else "WRONG"
-            except Exception as exc:  # peers fail on some shapes (QuACK at N=50257): record, go on
-                row[f"{name}_us"] = f"ERR:{type(exc).__name__}"
+        row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n, "dispatched": f"{choice.variant}[{choice.config_key}]"}
+        peers = peer_launchers(dtype, n)
+        samples: dict[str, list[Any]] = {}
+        for index in range(rounds):
+            for label, value in _round(timer, m, n, dtype, peers, index).items():
+                samples.setdefault(label, []).append(value)
+            torch.cuda.empty_cache()
+        row["copy_us"] = min(samples.pop("copy"))
+        for label, values in samples.items():
+            failed = [v for v in values if not isinstance(v, float)]
+            column = "dispatched_us" if label == "dispatched" else f"{label}_us"
+            row[column] = statistics.median(values) if not failed else (None if label == "dispatched" else failed[0])
         rows.append(row)
         if progress:
             progress(f"{dtype} {m}x{n}: copy {row['copy_us']:.2f} us, dispatched {row['dispatched_us']} us")
-        del x, out
-        torch.cuda.empty_cache()
     return rows
 
 

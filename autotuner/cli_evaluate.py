@@ -82,6 +82,8 @@ def bench(
     held_out: Annotated[bool, typer.Option("--held-out", help="Use the held-out shape lists instead of the grid.")] = False,
     method: MethodOption = "cold",
     output: Annotated[str, typer.Option(help="Folder for bench.csv and bench.png.")] = "bench-out",
+    rounds: Annotated[int, typer.Option(min=1, max=20, help="Rounds per shape, each on fresh buffers in a "
+                                        "rotated order: kernels report their median round, the copy its fastest.")] = 3,
 ) -> None:
     """Time the dispatched softmax against a copy of the same bytes, torch.softmax, QuACK and Liger."""
     from autotuner import grid as grids
@@ -95,7 +97,7 @@ def bench(
     ms = grids.parse_int_list(m, "--m") if m else list(default_m)
     ns = grids.parse_int_list(n, "--n") if n else list(default_n)
     shapes = sorted(grids.shapes(ms, ns, grids.parse_dtypes(dtype)), key=lambda s: (s[2], s[0], s[1]))
-    rows = bench_shapes(shapes, method, progress=lambda line: console.print(line, highlight=False))
+    rows = bench_shapes(shapes, method, rounds=rounds, progress=lambda line: console.print(line, highlight=False))
     written = write_outputs(rows, Path(output), info.name)
     for dt in sorted({r["dtype"] for r in rows}):
         figures = summarize([r for r in rows if r["dtype"] == dt])

@@ -20,6 +20,6 @@ log="$out/refit.log"
   timeout 180 python -m pytest -q -m gpu tests/autotuner/test_runtime_gpu.py -p no:cacheprovider 2>&1 | tail -n 4
 } >"$log" 2>&1
 tail -n 30 "$log"
-timeout 200 python -m autotuner bench --output /tmp/bench 2>&1 | tail -n 8
+timeout 400 python -m autotuner bench --output /tmp/bench 2>&1 | tail -n 8
 cp /tmp/bench/bench.csv /tmp/bench/bench.png "$out"/ 2>/dev/null
 timeout 150 python scripts/bench_runtime.py h100 --out "$out/runtime_h100.json" --no-compile 2>&1 | tail -n 14

@@ -223,3 +223,10 @@ def test_the_fake_gpu_is_ignored_without_a_test_measurer(monkeypatch):
     with pytest.raises(UserError):
         monkeypatch.setenv("AUTOTUNER_FAKE_GPU", "h100:two")
         fake_gpu("tests.autotuner.fakes:DeterministicMeasurer")
+
+
+@pytest.mark.parametrize("rounds", ["0", "21", "x"])
+def test_bench_rounds_outside_1_to_20_exit_2_naming_the_flag(rounds):
+    result = CliRunner().invoke(app, ["bench", "--rounds", rounds])
+    assert result.exit_code == 2, result.output
+    assert "--rounds" in result.output and "Traceback" not in result.output, result.output
