@@ -31,6 +31,19 @@ MAX_DIM = 1 << 31
 CACHE_LIMIT = 1 << 16  # answers kept per store; a server fed endless new shapes must not grow forever
 
 
+_CANONICAL_DTYPES = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
+_gpu_keys: dict[str, str] = {}  # a caller's GPU spelling -> its validated key
+
+
+def _gpu_key(gpu: str) -> str:
+    key = _gpu_keys.get(gpu)
+    if key is None:
+        key = validate_gpu_key(gpu)  # raises on a bad spelling, which is then never kept
+        if len(_gpu_keys) < 64:
+            _gpu_keys[gpu] = key
+    return key
+
+
 class UnknownGpuError(LookupError):
     """No table for this GPU model (only raised where fallback is disabled)."""
 
@@ -115,31 +128,34 @@ class TableStore:
             raise TypeError(f"m and n must be integers, got {type(m).__name__} and {type(n).__name__}")
         if not (0 <= m < MAX_DIM and 1 <= n < MAX_DIM):
             raise ValueError(f"shape ({m}, {n}) out of range: need 0 <= m < 2**31 and 1 <= n < 2**31")
-        dtype = normalize_dtype(dtype_name)
-        gpu_key = validate_gpu_key(gpu) if gpu else (current_gpu_key() or "unknown")
-        order = [(gpu_key, "table")]
-        order += [(other, f"nearest-gpu:{other}") for other in NEAREST_MODELS.get(gpu_key, ())]
-        order += [(other, f"nearest-gpu:{other}") for other in self.gpus() if other != gpu_key]
-        if not allow_fallback:
-            order = order[:1]
-        for candidate_gpu, source in order:
-            table = self.get(candidate_gpu, dtype, method)
-            if table is None:
-                continue
-            pick = table.lookup(m, n)
-            if pick is None:
-                continue
-            if source != "table":
-                warnings.warn(
-                    f"no {dtype}/{method} dispatch table for GPU {gpu_key!r}; using {candidate_gpu!r}'s",
-                    RuntimeWarning, stacklevel=4,
-                )
-            entry = table.candidates[pick.candidate]
-            return KernelChoice(entry["variant"], tuple(entry["config"].items()), pick.predicted_us,
-                                gpu_key, dtype, source, pick.exact)
+        # canonical spellings skip the normalisers (a first lookup is on the dispatch path)
+        dtype = _CANONICAL_DTYPES.get(dtype_name) if type(dtype_name) is str else None
+        dtype = dtype or normalize_dtype(dtype_name)
+        gpu_key = _gpu_key(gpu) if gpu else (current_gpu_key() or "unknown")
+        choice = self._from_table(gpu_key, gpu_key, m, n, dtype, method, "table")
+        if choice is not None:
+            return choice
         if not allow_fallback:
             raise UnknownGpuError(gpu_key, self.gpus())
+        others = [*NEAREST_MODELS.get(gpu_key, ()), *(g for g in self.gpus() if g != gpu_key)]
+        for other in others:  # the fallback order is built only when the GPU's own table has no answer
+            choice = self._from_table(other, gpu_key, m, n, dtype, method, f"nearest-gpu:{other}")
+            if choice is not None:
+                warnings.warn(f"no {dtype}/{method} dispatch table for GPU {gpu_key!r}; using {other!r}'s",
+                              RuntimeWarning, stacklevel=4)
+                return choice
         return KernelChoice(FALLBACK_VARIANT, (), None, gpu_key, dtype, "fallback", False)
+
+    def _from_table(self, table_gpu: str, gpu_key: str, m: int, n: int, dtype: str, method: str,
+                    source: str) -> KernelChoice | None:
+        """``table_gpu``'s table's answer for (m, n), or None where it has no table or no answer."""
+        table = self._tables.get((table_gpu, dtype, method))
+        pick = table.lookup(m, n) if table is not None else None
+        if pick is None:
+            return None
+        entry = table.candidates[pick.candidate]
+        return KernelChoice(entry["variant"], tuple(entry["config"].items()), pick.predicted_us,
+                            gpu_key, dtype, source, pick.exact)
 
 
 def shipped_table_files() -> list[Path]:
@@ -216,4 +232,7 @@ def _database_tables() -> list[DispatchTable]:
 def select_kernel(m: int, n: int, dtype: str, gpu: str | None = None, *, timing_method: str = DEFAULT_METHOD) -> KernelChoice:
     """The kernel to run for an (m, n) softmax over the last dimension in ``dtype`` on ``gpu``
     (default: the current device's model). Never raises for a valid shape: see the fallbacks above."""
-    return default_store().select(m, n, dtype, gpu, timing_method)
+    # the warm path inlined (one dict probe): TableStore.select's cache, keyed as it keys it
+    store = _default_store or default_store()
+    hit = store._cache.get((m, n, dtype, gpu or "", timing_method))
+    return hit if hit is not None else store.select(m, n, dtype, gpu, timing_method)

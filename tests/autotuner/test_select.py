@@ -86,3 +86,22 @@ def test_the_answer_cache_is_bounded(monkeypatch):
     for n in range(1, 50):
         store.select(1, n, "bf16", "h100")
     assert len(store._cache) <= 8
+
+
+def test_gpu_spellings_resolve_alike_and_a_bad_one_raises_every_time():
+    store = store_with("h100")
+    by_name = store.select(4096, 1024, "bf16", "NVIDIA H100 80GB HBM3")
+    assert by_name.gpu == "h100" and by_name.source == "table"
+    for _ in range(2):  # a rejected spelling is never remembered as valid
+        with pytest.raises(ValueError, match="GPU key is empty"):
+            store.select(4096, 1024, "bf16", "   ")
+
+
+def test_select_kernel_answers_from_the_default_store_and_its_cache(monkeypatch):
+    from autotuner import select
+
+    store = store_with("h100")
+    monkeypatch.setattr(select, "_default_store", store)
+    first = select.select_kernel(4096, 1024, "bf16", gpu="h100")
+    assert first is store.select(4096, 1024, "bf16", "h100") and first.variant == "vector"
+    assert select.select_kernel(4096, 1024, "bf16", gpu="h100") is first  # the inlined warm path
