@@ -100,9 +100,11 @@ class ClusterSplitCuda(CudaVariant):
         cap = row_capacity(cluster, block, packs, smem_kb, dtype)
         # n_min: a shared-memory config starts where its registers alone no longer hold the row;
         # a registers-only config where a quarter of its slots are used (smaller configs serve
-        # shorter rows with fewer idle threads).
+        # shorter rows with fewer idle threads). The quarter itself is admitted: it is a grid N
+        # (capacities are powers of two), and a config measured there is judged on all of its
+        # neighbours when the fit predicts the next N up (docs/BENCHMARKS.md, "Sixth session").
         regs_only = row_capacity(cluster, block, packs, 0, dtype)
-        n_min = regs_only + 1 if smem_kb else cap // 4 + 1
+        n_min = regs_only + 1 if smem_kb else cap // 4
         return {"n_min": n_min, "n_max": cap, "m_max": MAX_GRID_X // cluster}
 
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
