@@ -198,6 +198,17 @@ def test_cluster_grid_and_capacity():
     assert variant.min_arch == 90
 
 
+def test_a_registers_only_cluster_config_starts_at_a_quarter_of_its_capacity():
+    """N = capacity / 4 is a grid N (capacities are powers of two): admitted, so the sweep measures
+    the config there and the fit judges it on every neighbour of the next N up."""
+    variant = ClusterSplitCuda()
+    config = KernelConfig.of(cluster=2, block=512, packs=8, smem=0)
+    assert row_capacity(2, 512, 8, 0, "fp32") == 32768
+    assert variant.supports(256, 8192, "fp32", config)
+    assert not variant.supports(256, 8191, "fp32", config)
+    assert variant.supports(256, 16384, "bf16", config) and not variant.supports(256, 8192, "bf16", config)
+
+
 def test_cluster_launcher_refuses_rows_beyond_its_registers():
     variant = ClusterSplitCuda()
     config = KernelConfig.of(cluster=2, block=512, packs=8, smem=0)
