@@ -1,8 +1,9 @@
 """``autotuner bench``: the dispatched ``softmax`` against a copy of the same bytes, ``torch.softmax``,
 and QuACK / Liger where importable, all timed the same way in one process (CUDA events, L2 flushed
-before each timed call, median; several rounds on fresh buffers, see ``bench_shapes``). The copy is the faster of torch's ``copy_`` and a plain vector copy
-(``autotuner.measure.copy_reference``). Runs in-process: it measures the product, not candidates, so a
-faulting kernel here is a bug to fix, not a row to record.
+before each timed call, median; several rounds on fresh buffers, see ``bench_shapes``). The copy is
+the faster of torch's ``copy_`` and a plain vector copy (``autotuner.measure.copy_reference``). Runs
+in-process: it measures the product, not candidates, so a faulting kernel here is a bug to fix, not a
+row to record.
 """
 from __future__ import annotations
 

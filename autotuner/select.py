@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 
 from autotuner.gpu import NEAREST_MODELS, current_gpu_key, validate_gpu_key
 from autotuner.table import DispatchTable, TableFormatError
-from kernels.base import normalize_dtype
+from kernels.base import DTYPE_ALIASES, normalize_dtype
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,6 @@ MAX_DIM = 1 << 31
 CACHE_LIMIT = 1 << 16  # answers kept per store; a server fed endless new shapes must not grow forever
 
 
-_CANONICAL_DTYPES = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}
 _gpu_keys: dict[str, str] = {}  # a caller's GPU spelling -> its validated key
 
 
@@ -128,8 +127,8 @@ class TableStore:
             raise TypeError(f"m and n must be integers, got {type(m).__name__} and {type(n).__name__}")
         if not (0 <= m < MAX_DIM and 1 <= n < MAX_DIM):
             raise ValueError(f"shape ({m}, {n}) out of range: need 0 <= m < 2**31 and 1 <= n < 2**31")
-        # canonical spellings skip the normalisers (a first lookup is on the dispatch path)
-        dtype = _CANONICAL_DTYPES.get(dtype_name) if type(dtype_name) is str else None
+        # a spelling already in canonical form skips the normaliser (a first lookup is on the dispatch path)
+        dtype = DTYPE_ALIASES.get(dtype_name) if type(dtype_name) is str else None
         dtype = dtype or normalize_dtype(dtype_name)
         gpu_key = _gpu_key(gpu) if gpu else (current_gpu_key() or "unknown")
         choice = self._from_table(gpu_key, gpu_key, m, n, dtype, method, "table")
@@ -149,7 +148,7 @@ class TableStore:
     def _from_table(self, table_gpu: str, gpu_key: str, m: int, n: int, dtype: str, method: str,
                     source: str) -> KernelChoice | None:
         """``table_gpu``'s table's answer for (m, n), or None where it has no table or no answer."""
-        table = self._tables.get((table_gpu, dtype, method))
+        table = self.get(table_gpu, dtype, method)
         pick = table.lookup(m, n) if table is not None else None
         if pick is None:
             return None
