@@ -6,7 +6,8 @@ float64, and times them with the sweep's cold-L2 timer in rotating rounds beside
 Prints per shape: copy, then each config's median µs, fraction of copy, registers, spills and blocks
 per SM. A config that fails to build or launch (a cluster the GPU cannot co-schedule) is reported,
 not raised.
-Usage (on a GPU): python scripts/probe_cluster_configs.py [--rounds 3]"""
+Usage (on a GPU): python scripts/probe_cluster_configs.py [--rounds 3] [--shapes 1x32000:fp16,4x65536:bf16]
+[--configs 16/128/2/0,8/128/4/0] (cluster/block/packs/smem KB; the defaults are the lists below)."""
 from __future__ import annotations
 
 import argparse
@@ -28,18 +29,29 @@ CONFIGS = [(8, 256, 8, 96), (8, 512, 8, 64), (2, 512, 8, 64), (16, 512, 8, 0),
            (8, 256, 16, 0), (8, 128, 8, 112), (8, 256, 4, 96), (8, 128, 8, 64)]
 
 
+def parse_shape(text: str) -> tuple[int, int, str]:
+    """"1x32000:fp16" -> (1, 32000, "fp16")."""
+    dims, _, dtype = text.partition(":")
+    m, _, n = dims.partition("x")
+    return int(m), int(n), dtype or "bf16"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--shapes", help="comma list of MxN:dtype (default: the M = 128 shapes above)")
+    parser.add_argument("--configs", help="comma list of cluster/block/packs/smem (default: CONFIGS above)")
     args = parser.parse_args(argv)
+    shapes = [parse_shape(item) for item in args.shapes.split(",")] if args.shapes else SHAPES
+    configs = [tuple(int(v) for v in item.split("/")) for item in args.configs.split(",")] if args.configs else CONFIGS
     variant = get_variant("cuda_cluster_split")
     timer = Timer("cold", time_cap_s=0.3)
-    for m, n, dtype in SHAPES:
+    for m, n, dtype in shapes:
         x = random_input(m, n, dtype)
         out = torch.empty_like(x)
         copy_us = copy_reference(timer, x, out).median_us
         runs: dict[str, tuple] = {}
-        for shape in CONFIGS:
+        for shape in configs:
             config = KernelConfig.of(cluster=shape[0], block=shape[1], packs=shape[2], smem=shape[3])
             limits = variant.constraints(config, dtype)
             if not limits["n_min"] <= n <= limits["n_max"]:
