@@ -63,6 +63,13 @@ class ClusterSplitCuda(CudaVariant):
     # on the H100 (scripts/probe_cluster_configs.py) the fastest at M = 128 with rows of 1 MB (bf16 /
     # fp16 128x262144: 56.3 / 57.1 us against 57.4 / 58.1; fp32 128x262144: 105.3 against 106.8) and
     # at M = 32 (bf16 32x262144: 21.0 against 23.5), where the 512-thread C = 16 config ran 30-50 % slower.
+    # Few rows of 16K-64K elements (M = 1-16, the decode shapes): more, lighter blocks. (16, 128 | 256,
+    # 2 | 4, 0) and (8, 128, 2, 0) hold 2-4 vectors a thread; on the H100 (scripts/probe_cluster_configs.py,
+    # 2026-11-25) they beat the best older config by 3-10 % at M = 1-4 (fp16 1x32000: 5.42 against
+    # 5.82 us; fp16 4x50257: 6.06 against 6.66; fp32 1x50257: 5.71 against 6.00; bf16 4x50257: 6.08
+    # against 6.59), by 1.5-3 % at M = 16-32. (16, 512, 4, 0) is the same idea for rows of 128K-256K.
+    # (16, 512, 8, 0) was dropped on 2026-11-25: the fastest of our kernels on no shape of the H100
+    # recording (419 grid shapes, 120 held-out) nor of the H200's (347), and within 5 % of it on 7.
     # No 1024-thread block: (8, 1024, 4 | 8, 0), (4, 1024, 8, 0), (2, 1024, 8, 0), (16, 1024, 4, 0)
     # and (4, 512, 8, 0) were dropped because on the recorded H200 sweep they were never within 5 %
     # of the best of our kernels on any shape or dtype (docs/SWEEP.md, "Pruned configs").
@@ -71,7 +78,8 @@ class ClusterSplitCuda(CudaVariant):
         (8, 256, 8, 32), (8, 256, 8, 96),
         (4, 512, 8, 64),
         (2, 512, 8, 0), (2, 512, 8, 64),
-        (16, 512, 8, 0), (16, 256, 8, 0), (16, 256, 8, 32), (16, 128, 8, 32),
+        (16, 256, 8, 0), (16, 256, 8, 32), (16, 128, 8, 32),
+        (8, 128, 2, 0), (16, 128, 2, 0), (16, 128, 4, 0), (16, 256, 2, 0), (16, 256, 4, 0), (16, 512, 4, 0),
     )
 
     def available(self) -> Support:
@@ -90,6 +98,13 @@ class ClusterSplitCuda(CudaVariant):
 
     def all_configs(self) -> list[KernelConfig]:
         return [KernelConfig.of(cluster=c, block=b, packs=p, smem=s) for c, b, p, s in self.CONFIGS]
+
+    def spill_free(self, config: KernelConfig) -> bool:
+        """Whether every instance of ``config`` compiles without local memory (the CPU compile check
+        holds the declared ones to it). Not (16, 256, 4, 0): nvcc 13.0's ptxas spills 4 bytes of its
+        fp32 instance at the 48 registers the launch bounds allow, where NVRTC on the H100, which
+        builds what runs, gives it 46 registers and no spill (every recorded row: spill_bytes 0)."""
+        return self._shape(config) != (16, 256, 4, 0)
 
     @staticmethod
     def _shape(config: KernelConfig) -> tuple[int, int, int, int]:

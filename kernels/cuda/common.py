@@ -21,7 +21,8 @@ _SHAPE_MEMO = 256  # input shapes whose launch geometry a launcher remembers
 class CudaVariant(Variant):
     backend = "cuda"
     source: ClassVar[str]  # file name beside this module, e.g. "block_online.cu"
-    # Configs whose compile the project asserts spill-free (checked with nvcc -Xptxas -v in CI).
+    # Configs whose compile the project asserts spill-free (checked with nvcc -Xptxas -v in CI): every
+    # config, or a subclass's method ``spill_free(config) -> bool`` naming the exceptions.
     spill_free: ClassVar[bool] = True
 
     def source_files(self) -> list[Path]:

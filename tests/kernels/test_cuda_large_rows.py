@@ -34,7 +34,10 @@ def variants():
 @pytest.mark.parametrize("variant", variants(), ids=lambda v: v.name)
 def test_config_lists_are_focused_and_keys_unique(variant):
     configs = variant.all_configs()
-    assert 3 <= len(configs) <= 16  # pruned to what the recorded sweep showed matters (docs/SWEEP.md)
+    # pruned to what the recorded sweeps showed matters (docs/SWEEP.md); cuda_cluster_split has the
+    # most, 20: all but (4, 512, 8, 64), the only C = 4 one, the fastest of our kernels on some recorded
+    # H100 or H200 shape
+    assert 3 <= len(configs) <= 20
     keys = [c.key for c in configs]
     assert len(set(keys)) == len(keys)
     for config in configs:
