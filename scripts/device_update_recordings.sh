@@ -42,8 +42,10 @@ timeout "${held_budget%s}" python -m autotuner evaluate --gpu "$gpu" --db "$held
 # the odd-M held-out set (84 shapes, about 7 min from scratch on an H100; a resume measures only what
 # changed). A shape cut short here lacks some candidates: score the recording only once it is complete.
 if [ "$odd_m_budget" != 0 ]; then
+  odd_m=$(python -c 'from autotuner.evaluate import ODD_M_SET_M as v; print(",".join(map(str, v)))')
+  odd_n=$(python -c 'from autotuner.evaluate import ODD_M_SET_N as v; print(",".join(map(str, v)))')
   timeout "$odd_m_budget" python -m autotuner evaluate --gpu "$gpu" --db "$held_db" \
-    --m 6,24,48,100,200,300,600 --n 16384,32000,50257,151936 2>&1 | tail -n 8 || true
+    --m "$odd_m" --n "$odd_n" 2>&1 | tail -n 8 || true
 fi
 python -m autotuner export "$out/${gpu}_sweep.json.gz" --db "$grid_db" --gpu "$gpu"
 python -m autotuner export "$out/${gpu}_heldout.json.gz" --db "$held_db" --gpu "$gpu"

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from autotuner.evaluate import ODD_M_SET_M
 from autotuner.exchange import import_runs
 from autotuner.fit import fit_table
 from autotuner.measure import WorkItem
@@ -24,7 +25,6 @@ from tests.autotuner.fakes import ReplayMeasurer
 DATA = sorted((Path(__file__).parents[1] / "data").glob("*_sweep.json.gz"))
 pytestmark = pytest.mark.skipif(not DATA, reason="no recorded sweep under tests/data")
 UNMEASURED = [(3, 5000), (77, 50000), (2000, 100000), (6000, 1000), (1, 200000), (500, 12345)]
-ODD_M = (6, 24, 48, 100, 200, 300, 600)  # the held-out odd-M set (scripts/device_update_recordings.sh)
 
 
 @pytest.fixture(scope="module", params=DATA, ids=lambda path: path.name.split("_")[0])
@@ -180,6 +180,6 @@ def test_held_out_shapes_recorded_on_the_gpu_score_the_fitted_tables(recorded, f
         assert scores["shapes"] in (12, 40) and scores["misses"] == 0, (dtype, scores["shapes"])
         # worst recorded: H100 fp32 2000x2500, 1.36 (docs/BENCHMARKS.md)
         assert scores["geomean"] < 1.08 and scores["max"] < 1.4, (dtype, scores["geomean"], scores["max"])
-        odd_m = [d["regret"] for d in scores["shapes_detail"] if d["m"] in ODD_M]
+        odd_m = [d["regret"] for d in scores["shapes_detail"] if d["m"] in ODD_M_SET_M]
         if odd_m:  # batch sizes off the grid: 1.008-1.011 geomean, max 1.07 recorded (docs/BENCHMARKS.md)
             assert math.exp(sum(map(math.log, odd_m)) / len(odd_m)) < 1.03 and max(odd_m) < 1.15, (dtype, odd_m)
