@@ -80,13 +80,15 @@ def _round(timer: Any, m: int, n: int, dtype: str, peers: dict[str, Callable[[An
 
 
 def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", progress: Callable[[str], None] | None = None,
-                 rounds: int = 3) -> list[dict[str, Any]]:
+                 rounds: int = 3, graph_launch: bool = False) -> list[dict[str, Any]]:
     """Per shape, ``rounds`` rounds (``_round``: fresh input and buffers, order rotated by one each
     round). A kernel's figure is the median of its rounds (a failure in any round is reported instead);
     the copy's is its fastest round, the speed of light this GPU showed on the shape, so no fraction of
     it is flattered by a slow copy. Fresh buffers each round because one placement of a pair of 128 MB
     buffers was seen to slow everything written there by 15 % (docs/BENCHMARKS.md, "The copy
-    reference"); the median over placements is what a caller meets."""
+    reference"); the median over placements is what a caller meets. ``graph_launch``: every timed call
+    is a CUDA-graph replay of it (``autotuner.timing.Timer``), so that no contender's GPU time depends
+    on how fast its Python launch path submits it."""
     import statistics
 
     import torch
@@ -94,7 +96,7 @@ def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", p
     from autotuner import select_kernel
     from autotuner.timing import Timer
 
-    timer = Timer(method, time_cap_s=0.3)
+    timer = Timer(method, time_cap_s=0.3, graph_launch=graph_launch)
     rows = []
     for m, n, dtype in shapes:
         choice = select_kernel(m, n, dtype)

@@ -84,6 +84,9 @@ def bench(
     output: Annotated[str, typer.Option(help="Folder for bench.csv and bench.png.")] = "bench-out",
     rounds: Annotated[int, typer.Option(min=1, max=20, help="Rounds per shape, each on fresh buffers in a "
                                         "rotated order: kernels report their median round, the copy its fastest.")] = 3,
+    graph_launch: Annotated[bool, typer.Option("--graph-launch", help="Time each call as a CUDA-graph replay of "
+                                               "it (cold or warm method): every contender reaches the GPU the same "
+                                               "way, whatever its Python launch costs the host.")] = False,
 ) -> None:
     """Time the dispatched softmax against a copy of the same bytes, torch.softmax, QuACK and Liger."""
     from autotuner import grid as grids
@@ -92,12 +95,15 @@ def bench(
     from autotuner.gpu import detect_gpu
 
     check_method(method)
+    if graph_launch and method == "graph":
+        raise UserError("--graph-launch goes with --method cold or warm: --method graph already replays graphs", code=2)
     info = detect_gpu()
     default_m, default_n = (HELD_OUT_M, HELD_OUT_N) if held_out else (grids.DEFAULT_M, grids.DEFAULT_N)
     ms = grids.parse_int_list(m, "--m") if m else list(default_m)
     ns = grids.parse_int_list(n, "--n") if n else list(default_n)
     shapes = sorted(grids.shapes(ms, ns, grids.parse_dtypes(dtype)), key=lambda s: (s[2], s[0], s[1]))
-    rows = bench_shapes(shapes, method, rounds=rounds, progress=lambda line: console.print(line, highlight=False))
+    rows = bench_shapes(shapes, method, rounds=rounds, graph_launch=graph_launch,
+                        progress=lambda line: console.print(line, highlight=False))
     written = write_outputs(rows, Path(output), info.name)
     for dt in sorted({r["dtype"] for r in rows}):
         figures = summarize([r for r in rows if r["dtype"] == dt])

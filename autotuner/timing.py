@@ -7,6 +7,13 @@ Methods:
 - ``graph``: the call captured once in a CUDA graph, replays timed back to back (launch-bound shapes
   as inference runtimes run them); the time per replay is the total over the count.
 
+``Timer(..., graph_launch=True)`` (``cold`` or ``warm``): the call is captured once in a CUDA graph and
+each timed call is a replay of it, between the same flush and events. Every contender is then
+submitted to the GPU by one ``cudaGraphLaunch``, whatever its own Python launch path costs the host.
+That matters on shapes of a few µs: on the H100 the GPU time between the events moved by 0.1-0.3 µs
+with the host's pacing alone (the same kernel, launched by Triton's JIT or by a pre-bound ``run``;
+``scripts/probe_launch_path.py``, docs/BENCHMARKS.md).
+
 Repetitions adapt: batches are added until the median moves by less than ``rel_tol`` between batches
 or ``time_cap_s`` of GPU time is spent; median, p20, p80 and the count are returned.
 """
@@ -71,9 +78,12 @@ class Timer:
     """Times a zero-argument callable on the current CUDA device with the chosen method."""
 
     def __init__(self, method: str = "cold", warmup: int = 3, batch: int = 10, max_reps: int = 200,
-                 time_cap_s: float = 0.5, rel_tol: float = 0.01):
+                 time_cap_s: float = 0.5, rel_tol: float = 0.01, graph_launch: bool = False):
         if method not in METHODS:
             raise ValueError(f"timing method {method!r} not one of {', '.join(METHODS)}")
+        if graph_launch and method == "graph":
+            raise ValueError("graph_launch applies to the cold and warm methods (graph replays already)")
+        self.graph_launch = graph_launch
         import torch
 
         self.torch = torch
@@ -120,7 +130,7 @@ class Timer:
             fn()
         torch.cuda.synchronize()
         graph = None
-        if self.method == "graph":
+        if self.method == "graph" or self.graph_launch:
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
@@ -136,7 +146,10 @@ class Timer:
         started = time.perf_counter()
         while len(samples) < cap:
             count = min(self.batch, cap - len(samples))
-            batch = self._batch_graph(graph, count) if graph is not None else self._batch_events(fn, count)
+            if self.method == "graph":
+                batch = self._batch_graph(graph, count)
+            else:
+                batch = self._batch_events(graph.replay if graph is not None else fn, count)
             samples.extend(batch)
             median = statistics.median(samples)
             stable = previous_median is not None and abs(median - previous_median) <= self.rel_tol * median

@@ -28,3 +28,24 @@ def test_bench_rows_hold_a_time_for_the_copy_the_dispatch_and_torch(monkeypatch)
         assert isinstance(row["torch_us"], float) and row["torch_us"] > 0
     summary = benchrun.summarize(rows)
     assert summary["shapes"] == 2 and 0 < summary["min"] <= summary["geomean"]
+
+
+def test_graph_launch_bench_times_every_contender_through_a_graph_replay(monkeypatch):
+    """--graph-launch: the timer captures each call once and times replays of it between the flush
+    and the events; the dispatched softmax and torch both get a time, and the graph is replayed."""
+    import torch
+
+    from autotuner import benchrun
+
+    replays = []
+    real_replay = torch.cuda.CUDAGraph.replay
+
+    def counting_replay(self):
+        replays.append(self)
+        return real_replay(self)
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", counting_replay)
+    rows = benchrun.bench_shapes([(4, 1000, "fp16")], rounds=1, graph_launch=True)
+    assert rows[0]["dispatched_us"] > 0 and isinstance(rows[0]["torch_us"], float) and rows[0]["copy_us"] > 0
+    assert len(replays) >= 3 * 20  # copy (2 kinds), dispatched, torch: at least two batches of 10 each
+

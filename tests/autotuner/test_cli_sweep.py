@@ -230,3 +230,9 @@ def test_bench_rounds_outside_1_to_20_exit_2_naming_the_flag(rounds):
     result = CliRunner().invoke(app, ["bench", "--rounds", rounds])
     assert result.exit_code == 2, result.output
     assert "--rounds" in result.output and "Traceback" not in result.output, result.output
+
+
+def test_bench_graph_launch_with_the_graph_method_exits_2_naming_both():
+    result = CliRunner().invoke(app, ["bench", "--graph-launch", "--method", "graph"])
+    assert result.exit_code == 2
+    assert "--graph-launch" in result.output and "--method" in result.output

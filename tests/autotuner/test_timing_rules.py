@@ -1,5 +1,7 @@
-"""The measurer's rule for disturbed timings (autotuner.measure.steadiest), without a GPU."""
+"""The measurer's rule for disturbed timings (autotuner.measure.steadiest) and the timer's argument checks, without a GPU."""
 from __future__ import annotations
+
+import pytest
 
 from autotuner.measure import RETIME_ATTEMPTS, steadiest
 from autotuner.timing import Timing, is_unstable
@@ -37,3 +39,12 @@ def test_a_given_first_timing_counts_as_the_first_attempt():
     measure, calls = timings(1.0)
     first = Timing(50.0, 10.0, 60.0, 5, 9.0)
     assert steadiest(measure, first=first).p80_us == 10.0 and len(calls) == 1
+
+
+def test_graph_launch_timer_rejects_the_graph_method():
+    """graph_launch replays a captured call between the cold or warm method's events; the graph
+    method already times replays, so asking for both is an error, raised before any GPU work."""
+    from autotuner.timing import Timer
+
+    with pytest.raises(ValueError, match="graph_launch"):
+        Timer("graph", graph_launch=True)
