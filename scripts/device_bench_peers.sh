@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# On the lent GPU, after the CuTe DSL and QuACK are installed there (scripts/device_cute_setup.sh, two
+# calls on one warm machine): `autotuner bench` with every peer (torch, QuACK, Liger), once through
+# streams and once with --graph-launch (every contender timed as a CUDA-graph replay: see
+# autotuner/timing.py), one dtype per process so that a stalled dtype loses only itself. Outputs in
+# $OUT: bench_stream_<dtype>.csv, bench_graph_<dtype>.csv and bench_peers.log (about 7 min on an H100).
+#
+#   call 1 (carry [".whl", ".whl_cute_a"]):  bash scripts/device_cute_setup.sh
+#   call 2 (carry [".whl", ".whl_cute_b"]):
+#     bash scripts/device_run.sh bash -c 'source scripts/device_cute_setup.sh && bash scripts/device_bench_peers.sh'
+#
+# MODES (default "stream graph") and DTYPES (default "fp32 fp16 bf16") narrow it; BENCH_TIMEOUT bounds
+# each process (seconds, default 200). Exits non-zero if QuACK does not import: the point is the peers.
+set -uo pipefail
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+log="$out/bench_peers.log"
+python -c "import quack" 2>/dev/null || { echo "QuACK does not import: source scripts/device_cute_setup.sh first" >&2; exit 3; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$log"
+for mode in ${MODES:-stream graph}; do
+  flag=$([ "$mode" = graph ] && echo --graph-launch)
+  for dtype in ${DTYPES:-fp32 fp16 bf16}; do
+    started=$(date +%s)
+    timeout "${BENCH_TIMEOUT:-200}" python -m autotuner bench --dtype "$dtype" --rounds 3 $flag \
+      --output "/tmp/bench_${mode}_$dtype" >"/tmp/bench_${mode}_$dtype.log" 2>&1
+    rc=$?
+    { echo "== $mode $dtype: rc=$rc in $(( $(date +%s) - started )) s"; tail -n 3 "/tmp/bench_${mode}_$dtype.log"; } | tee -a "$log"
+    cp "/tmp/bench_${mode}_$dtype/bench.csv" "$out/bench_${mode}_$dtype.csv" 2>/dev/null
+  done
+done
