@@ -9,6 +9,19 @@
 //          exponentiates again, as softmax_cluster_split does for 16-bit rows);
 //   MIN_BLOCKS: __launch_bounds__' blocks per SM (registers a thread may take).
 // The (max, sum) exchange is softmax_cluster_split's (block merge, cluster barrier, DSM reads).
+// The cluster helpers this probe was written with (cluster_split.cu's exchange now uses st.async on
+// mbarriers and no longer has them): a releasing cluster-barrier arrive, and a read of `local`'s
+// offset in block `target`.
+namespace probe_cluster {
+__device__ __forceinline__ void arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ float2 load_remote(const float2* local, unsigned target) {
+    const unsigned remote = cluster::remote_address(cluster::shared_address(local), target);
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    return v;
+}
+}  // namespace probe_cluster
+
 template <typename T, int CLUSTER, int THREADS, int ITEMS, bool STAGE, bool KEEP, int MIN_BLOCKS>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MIN_BLOCKS)
     probe_cluster_body(const T* __restrict__ x, T* __restrict__ y, long long N) {
@@ -67,15 +80,15 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MIN_B
     }
     const smx::MaxSum mine = smx::block_merge<THREADS>(smx::MaxSum{m, s}, scratch);
     if (tid == 0) partial = make_float2(mine.m, mine.s);
-    cluster::arrive();
+    probe_cluster::arrive();
     cluster::wait();
     smx::MaxSum pair{SOFTMAX_NEG_INF, 0.0f};
     if ((tid & 31) < CLUSTER) {
-        const float2 p = cluster::load_remote(&partial, static_cast<unsigned>(tid & 31));
+        const float2 p = probe_cluster::load_remote(&partial, static_cast<unsigned>(tid & 31));
         pair = smx::MaxSum{p.x, p.y};
     }
     const smx::MaxSum row = smx::warp_merge(pair);
-    cluster::arrive();
+    probe_cluster::arrive();
 
     const float inv = 1.0f / row.s;
     const float scale = smx::rescale(m, row.m) * inv;

@@ -4,7 +4,10 @@ the probe kernel of scripts/probe_cluster_body.cu (cluster_split's exchange with
 share through shared memory, STAGE, and/or QuACK's one exp per element kept in fp32 registers, KEEP,
 at several register budgets) beside cuda_cluster_split's own configs, with the sweep's cold-L2
 timer in rotating rounds; every kernel is first checked against float64.
-Usage (on an sm_90 GPU): python scripts/probe_cluster_body.py [--rounds 3]"""
+``--small`` takes the shapes where QuACK 0.6.5 stayed ahead of the dispatch in the 2026-11-25 bench
+(1 and 4 rows of 262144 and 32 rows of 131072, 16-bit; one block per SM or a few), where
+exp throughput rather than occupancy may bound the kernel.
+Usage (on an sm_90 GPU): python scripts/probe_cluster_body.py [--rounds 3] [--small]"""
 from __future__ import annotations
 
 import argparse
@@ -36,6 +39,14 @@ CASES = [
 ]
 
 
+SMALL_CASES = [
+    (m, n, dtype,
+     [(16, 256, n // 4096 // 8, 0, 0, 1), (16, 256, n // 4096 // 8, 0, 1, 1)],
+     [(16, 256, n // 4096 // 8, 0), (16, 512, 4, 0), (16, 128, 8, 32)])
+    for m, n in ((1, 262144), (4, 262144), (32, 131072)) for dtype in ("bf16", "fp16")
+]
+
+
 def probe_launcher(source: str, dtype: str, shape: tuple[int, ...], m: int, n: int):
     cluster, threads, items, stage, keep, min_blocks = shape
     name = (f"probe_cluster_body<{CUDA_TYPE[dtype]}, {cluster}, {threads}, {items}, "
@@ -56,11 +67,12 @@ def probe_launcher(source: str, dtype: str, shape: tuple[int, ...], m: int, n: i
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--small", action="store_true", help="the small-M shapes QuACK leads (see above)")
     args = parser.parse_args(argv)
     variant = get_variant("cuda_cluster_split")
     source = variant.source_code() + "\n" + PROBE_SOURCE.read_text()
     timer = Timer("cold", time_cap_s=0.3)
-    for m, n, dtype, probes, configs in CASES:
+    for m, n, dtype, probes, configs in SMALL_CASES if args.small else CASES:
         x = random_input(m, n, dtype)
         out = torch.empty_like(x)
         copy_us = copy_reference(timer, x, out).median_us
