@@ -97,11 +97,11 @@ def bench(
     check_method(method)
     if graph_launch and method == "graph":
         raise UserError("--graph-launch goes with --method cold or warm: --method graph already replays graphs", code=2)
-    info = detect_gpu()
     default_m, default_n = (HELD_OUT_M, HELD_OUT_N) if held_out else (grids.DEFAULT_M, grids.DEFAULT_N)
     ms = grids.parse_int_list(m, "--m") if m else list(default_m)
     ns = grids.parse_int_list(n, "--n") if n else list(default_n)
     shapes = sorted(grids.shapes(ms, ns, grids.parse_dtypes(dtype)), key=lambda s: (s[2], s[0], s[1]))
+    info = detect_gpu()  # after the flags: a bad flag is named even where no GPU is
     rows = bench_shapes(shapes, method, rounds=rounds, graph_launch=graph_launch,
                         progress=lambda line: console.print(line, highlight=False))
     written = write_outputs(rows, Path(output), info.name)

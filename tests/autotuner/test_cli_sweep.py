@@ -236,3 +236,11 @@ def test_bench_graph_launch_with_the_graph_method_exits_2_naming_both():
     result = CliRunner().invoke(app, ["bench", "--graph-launch", "--method", "graph"])
     assert result.exit_code == 2
     assert "--graph-launch" in result.output and "--method" in result.output
+
+
+@pytest.mark.parametrize("flags, named", [(["--m", "x"], "--m"), (["--n", "32k,abc"], "--n"), (["--dtype", "fp64"], "fp64")])
+def test_bench_names_a_bad_shape_flag_before_looking_for_a_gpu(flags, named):
+    """A bad --m / --n / --dtype is the error reported, also on a machine without a GPU."""
+    result = CliRunner().invoke(app, ["bench", *flags])
+    assert result.exit_code == 2, result.output
+    assert named in result.output and "CUDA" not in result.output, result.output
