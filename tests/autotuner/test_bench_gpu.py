@@ -48,4 +48,3 @@ def test_graph_launch_bench_times_every_contender_through_a_graph_replay(monkeyp
     rows = benchrun.bench_shapes([(4, 1000, "fp16")], rounds=1, graph_launch=True)
     assert rows[0]["dispatched_us"] > 0 and isinstance(rows[0]["torch_us"], float) and rows[0]["copy_us"] > 0
     assert len(replays) >= 3 * 20  # copy (2 kinds), dispatched, torch: at least two batches of 10 each
-
