@@ -26,8 +26,14 @@ given the tensors instead; ``run`` with ints and the stream read from ``torch.cu
 the ``CompiledKernel``'s own ``kernel[grid]``; the JIT's ``kernel[grid]``; and the replay with the
 host kept busy for SPIN_US before it, or after it (before the end event is recorded).
 
+With ``--hold``, the same launches are timed with the stream held instead of given a head start: a
+spin kernel waits on a flag in pinned host memory, the host enqueues the events and the call, then
+raises the flag, so every command of a sample is enqueued before the GPU reaches the first (as
+NVBench's blocking kernel does). If the launch paths then agree, the gap depends on when commands
+reach the GPU, not on the commands.
+
 Usage (on a GPU, Liger importable):
-    python scripts/probe_launch_path.py [--out FILE] [--rounds 5] [--cross | --paths]
+    python scripts/probe_launch_path.py [--out FILE] [--rounds 5] [--cross | --paths | --hold]
 """
 from __future__ import annotations
 
@@ -116,19 +122,35 @@ def cross(timer: Timer, rounds: int) -> list[dict]:
     return results
 
 
-def paths(timer: Timer, rounds: int) -> list[dict]:
-    """One output buffer, the launch taken apart (see the module docstring)."""
+def recorded_launch(build, x, out):
+    """The one Triton launch of ``build.launch(x, out)`` as the launch layer records it (after a warm-up)."""
     from kernels.launch_record import recording
 
+    build.launch(x, out)
+    records: list = []
+    with recording(records):
+        build.launch(x, out)
+    (rec,) = records
+    return rec
+
+
+def check_each(calls: dict, out, x, dtype: str) -> None:
+    """Every call must write a correct softmax of x into ``out`` (poisoned before each)."""
+    for name, call in calls.items():
+        out.fill_(float("nan"))
+        call()
+        if not check_softmax(out, x, dtype).ok:
+            raise RuntimeError(f"{dtype} {tuple(x.shape)}: wrong output from {name}")
+
+
+def paths(timer: Timer, rounds: int) -> list[dict]:
+    """One output buffer, the launch taken apart (see the module docstring)."""
     results = []
     for m, n, dtype, choice, x, build, warps, block in one_row_shapes():
         out = torch.full_like(x, float("nan"))
-        build.launch(x, out)
-        records: list = []
-        with recording(records):
-            build.launch(x, out)
-        (rec,) = records
+        rec = recorded_launch(build, x, out)
         grid, meta = rec.grid, rec.metadata
+
         def spin(us: float = SPIN_US) -> None:
             end = time.perf_counter() + us * 1e-6
             while time.perf_counter() < end:
@@ -146,11 +168,7 @@ def paths(timer: Timer, rounds: int) -> list[dict]:
             "compiled[grid]": lambda: rec.kernel[grid](x, out, n, *rec.consts),
             "jit": lambda: _one_row_kernel[(m,)](x, out, n, BLOCK=block, num_warps=warps, num_stages=1),
         }
-        for name, call in calls.items():
-            out.fill_(float("nan"))
-            call()
-            if not check_softmax(out, x, dtype).ok:
-                raise RuntimeError(f"{dtype} {m}x{n}: wrong output from {name}")
+        check_each(calls, out, x, dtype)
         times = rotated_times({name: (lambda c=call: timer.time(c).median_us) for name, call in calls.items()},
                               rounds)
         medians = {name: statistics.median(t) for name, t in times.items()}
@@ -163,17 +181,94 @@ def paths(timer: Timer, rounds: int) -> list[dict]:
     return results
 
 
+HOLD_SOURCE = r"""
+extern "C" __global__ void hold_stream(const volatile int* flag, int release, long long max_cycles) {
+    const long long start = clock64();
+    while (*flag != release && clock64() - start < max_cycles) {
+    }
+}
+"""
+HOLD_MAX_CYCLES = 400_000_000  # about 0.2 s: a host that never raises the flag costs a slow sample, not a hang
+
+
+class HeldTimer:
+    """Median event time of a call whose events and launch are all enqueued while a spin kernel holds
+    the stream (the L2 flushed before each sample, as the cold timer does)."""
+
+    def __init__(self) -> None:
+        import cupy
+        import numpy as np
+
+        from autotuner.timing import FLUSH_BYTES
+
+        self.np, self.cupy = np, cupy
+        self.kernel = cupy.RawKernel(HOLD_SOURCE, "hold_stream")
+        self.flag = torch.zeros(1, dtype=torch.int32).pin_memory()  # mapped into the GPU's address space (UVA)
+        self.scratch = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.release = 0
+
+    def time(self, fn, samples: int = 30) -> float:
+        np, cupy = self.np, self.cupy
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        for _ in range(samples):
+            self.release += 1
+            self.scratch.fill_(0x5A5A)
+            with stream:
+                self.kernel((1,), (1,), (np.uint64(self.flag.data_ptr()), np.int32(self.release),
+                                         np.int64(HOLD_MAX_CYCLES)))
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            self.flag[0] = self.release
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1000.0)
+        return statistics.median(times)
+
+
+def hold(rounds: int) -> list[dict]:
+    """The launch paths of ``paths`` under a held stream (see the module docstring)."""
+    held = HeldTimer()
+    results = []
+    for m, n, dtype, choice, x, build, warps, block in one_row_shapes():
+        out = torch.full_like(x, float("nan"))
+        rec = recorded_launch(build, x, out)
+        calls = {
+            "launcher": lambda: build.launch(x, out),
+            "replay ints": rec.replay,
+            "jit": lambda: _one_row_kernel[(m,)](x, out, n, BLOCK=block, num_warps=warps, num_stages=1),
+        }
+        check_each(calls, out, x, dtype)
+        times = rotated_times({name: (lambda c=call: held.time(c)) for name, call in calls.items()}, rounds)
+        medians = {name: statistics.median(t) for name, t in times.items()}
+        results.append({"m": m, "n": n, "dtype": dtype, "dispatched": f"{choice.variant}[{choice.config_key}]",
+                        "median_us": medians, "times_us": times})
+        print(f"{dtype} {m}x{n} (held): " + "  ".join(f"{name} {value:.2f}" for name, value in medians.items()),
+              flush=True)
+        del x, out
+        torch.cuda.empty_cache()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=None)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cross", action="store_true", help="launch path x output buffer (see the docstring)")
     parser.add_argument("--paths", action="store_true", help="the launch taken apart (see the docstring)")
+    parser.add_argument("--hold", action="store_true", help="the launch paths under a held stream (see the docstring)")
     args = parser.parse_args()
     timer = Timer("cold", time_cap_s=0.3)
-    if args.cross or args.paths:
-        mode = "cross" if args.cross else "paths"
-        results = cross(timer, args.rounds) if args.cross else paths(timer, args.rounds)
+    if args.cross or args.paths or args.hold:
+        mode = "cross" if args.cross else "paths" if args.paths else "hold"
+        if args.hold:
+            results = hold(args.rounds)
+        else:
+            results = cross(timer, args.rounds) if args.cross else paths(timer, args.rounds)
         if args.out:
             with open(args.out, "w") as handle:
                 json.dump({"device": torch.cuda.get_device_name(), "rounds": args.rounds, mode: results}, handle, indent=1)
