@@ -26,11 +26,11 @@ given the tensors instead; ``run`` with ints and the stream read from ``torch.cu
 the ``CompiledKernel``'s own ``kernel[grid]``; the JIT's ``kernel[grid]``; and the replay with the
 host kept busy for SPIN_US before it, or after it (before the end event is recorded).
 
-With ``--hold``, the same launches are timed with the stream held instead of given a head start: a
-spin kernel waits on a flag in pinned host memory, the host enqueues the events and the call, then
-raises the flag, so every command of a sample is enqueued before the GPU reaches the first (as
-NVBench's blocking kernel does). If the launch paths then agree, the gap depends on when commands
-reach the GPU, not on the commands.
+With ``--hold``, the same launches are timed sample by sample behind a hold instead of a head start:
+a one-thread kernel spins on a flag in pinned host memory, the host enqueues the events and the call,
+raises the flag, and waits for the sample (as NVBench's blocking kernel holds a stream). It differs
+from the cold timer in three ways (the hold kernel in place of the 50 µs sleep, a synchronisation
+after every sample, the release), which this mode does not separate.
 
 Usage (on a GPU, Liger importable):
     python scripts/probe_launch_path.py [--out FILE] [--rounds 5] [--cross | --paths | --hold]
