@@ -29,8 +29,10 @@ host kept busy for SPIN_US before it, or after it (before the end event is recor
 With ``--hold``, the same launches are timed sample by sample behind a hold instead of a head start:
 a one-thread kernel spins on a flag in pinned host memory, the host enqueues the events and the call,
 raises the flag, and waits for the sample (as NVBench's blocking kernel holds a stream). It differs
-from the cold timer in three ways (the hold kernel in place of the 50 µs sleep, a synchronisation
-after every sample, the release), which this mode does not separate.
+from the cold timer in the hold kernel (for the 50 µs sleep) and in waiting for every sample (for a
+batch of 10): the mode times our replayed launch and the JIT's under each of the four combinations
+(``HOLD_MODES``). The H100 run of 2026-11-25 (``docs/probe_launch_hold_h100.json``) had only "hold,
+sync", with our ``Launcher`` as a third path.
 
 Usage (on a GPU, Liger importable):
     python scripts/probe_launch_path.py [--out FILE] [--rounds 5] [--cross | --paths | --hold]
@@ -192,8 +194,13 @@ HOLD_MAX_CYCLES = 400_000_000  # about 0.2 s: a host that never raises the flag 
 
 
 class HeldTimer:
-    """Median event time of a call whose events and launch are all enqueued while a spin kernel holds
-    the stream (the L2 flushed before each sample, as the cold timer does)."""
+    """Median event time of a call, the L2 flushed before each sample as the cold timer does, with the
+    cold timer's two habits switchable one by one: ``hold`` (a one-thread kernel, queued before each
+    group of samples, spinning on a pinned host flag that the host raises once the group is enqueued)
+    in place of a 50 µs sleep before each sample, and ``sync_each`` (a group is one sample, waited
+    for) in place of groups of 10."""
+
+    BATCH = 10
 
     def __init__(self) -> None:
         import cupy
@@ -207,27 +214,42 @@ class HeldTimer:
         self.scratch = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         self.release = 0
 
-    def time(self, fn, samples: int = 30) -> float:
+    def time(self, fn, samples: int = 30, hold: bool = True, sync_each: bool = True) -> float:
+        from autotuner.timing import HEAD_START_CYCLES
+
         np, cupy = self.np, self.cupy
         for _ in range(3):
             fn()
         torch.cuda.synchronize()
-        times = []
+        pairs = []
         stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
-        for _ in range(samples):
-            self.release += 1
+        for index in range(samples):
+            first = sync_each or index % self.BATCH == 0  # a group (one sample, or a batch) begins
+            last = sync_each or (index + 1) % self.BATCH == 0 or index + 1 == samples
+            if hold and first:  # the group's commands all queue behind it until the flag is raised
+                self.release += 1
+                with stream:
+                    self.kernel((1,), (1,), (np.uint64(self.flag.data_ptr()), np.int32(self.release),
+                                             np.int64(HOLD_MAX_CYCLES)))
             self.scratch.fill_(0x5A5A)
-            with stream:
-                self.kernel((1,), (1,), (np.uint64(self.flag.data_ptr()), np.int32(self.release),
-                                         np.int64(HOLD_MAX_CYCLES)))
+            if not hold:
+                torch.cuda._sleep(HEAD_START_CYCLES)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
-            self.flag[0] = self.release
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1000.0)
-        return statistics.median(times)
+            pairs.append((start, end))
+            if last:
+                if hold:
+                    self.flag[0] = self.release
+                end.synchronize()
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) * 1000.0 for start, end in pairs)
+
+
+# (label, hold, sync_each): the cold timer's habits (sleep, batches of 10) and each one changed
+HOLD_MODES = (("sleep, batch", False, False), ("sleep, sync", False, True), ("hold, batch", True, False),
+              ("hold, sync", True, True))
 
 
 def hold(rounds: int) -> list[dict]:
@@ -237,13 +259,14 @@ def hold(rounds: int) -> list[dict]:
     for m, n, dtype, choice, x, build, warps, block in one_row_shapes():
         out = torch.full_like(x, float("nan"))
         rec = recorded_launch(build, x, out)
-        calls = {
-            "launcher": lambda: build.launch(x, out),
-            "replay ints": rec.replay,
+        launches = {
+            "replay": rec.replay,
             "jit": lambda: _one_row_kernel[(m,)](x, out, n, BLOCK=block, num_warps=warps, num_stages=1),
         }
-        check_each(calls, out, x, dtype)
-        times = rotated_times({name: (lambda c=call: held.time(c)) for name, call in calls.items()}, rounds)
+        check_each(launches, out, x, dtype)
+        calls = {f"{path}, {label}": (lambda c=call, h=hold_on, e=each: held.time(c, hold=h, sync_each=e))
+                 for path, call in launches.items() for label, hold_on, each in HOLD_MODES}
+        times = rotated_times(calls, rounds)
         medians = {name: statistics.median(t) for name, t in times.items()}
         results.append({"m": m, "n": n, "dtype": dtype, "dispatched": f"{choice.variant}[{choice.config_key}]",
                         "median_us": medians, "times_us": times})
