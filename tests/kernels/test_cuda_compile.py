@@ -63,12 +63,6 @@ def name_expressions(variant, config, dtype: str) -> list[str]:
     return list(several(config, dtype)) if callable(several) else [variant.name_expression(config, dtype)]
 
 
-def spill_free(variant, config) -> bool:
-    """``spill_free`` is a class-wide bool, or a per-config method ``spill_free(config)``."""
-    rule = getattr(variant, "spill_free", True)
-    return bool(rule(config)) if callable(rule) else bool(rule)
-
-
 def archs_of(variant) -> tuple[int, ...]:
     return tuple(a for a in ARCHS if a >= int(getattr(variant, "min_arch", 0)))
 
@@ -176,7 +170,7 @@ def test_cuda_variant_compiles_without_spills(module_name, class_name, arch):
     assert result.ok, f"nvcc failed for {variant.name} on sm_{arch}:\n{result.log[-6000:]}"
 
     if not result.demangled:  # no demangler: the whole file must be spill-free if every config is
-        if all(spill_free(variant, config) for _, _, config in instances(variant)):
+        if all(variant.spill_free(config) for _, _, config in instances(variant)):
             spilled = {n: r for n, r in result.kernels.items() if r.spill_stores or r.spill_loads}
             assert not spilled, f"{variant.name} sm_{arch}: spills in {spilled}"
         return
@@ -188,7 +182,7 @@ def test_cuda_variant_compiles_without_spills(module_name, class_name, arch):
             report = result.kernels[matches[0]] if matches else None
         if report is None:
             problems.append(f"{expr}: not in the ptxas output (names: {sorted(result.kernels)[:5]}...)")
-        elif spill_free(variant, config) and (report.spill_stores or report.spill_loads):
+        elif variant.spill_free(config) and (report.spill_stores or report.spill_loads):
             problems.append(
                 f"{config} {dtype} ({expr}): {report.spill_stores} B spill stores, "
                 f"{report.spill_loads} B spill loads, {report.registers} registers"
