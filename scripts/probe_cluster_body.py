@@ -39,11 +39,11 @@ CASES = [
 ]
 
 
-SMALL_CASES = [
+SMALL_CASES = [  # 16 blocks of 256 threads, `items` 16-byte vectors of 8 elements each fill the row
     (m, n, dtype,
-     [(16, 256, n // 4096 // 8, 0, 0, 1), (16, 256, n // 4096 // 8, 0, 1, 1)],
-     [(16, 256, n // 4096 // 8, 0), (16, 512, 4, 0), (16, 128, 8, 32)])
-    for m, n in ((1, 262144), (4, 262144), (32, 131072)) for dtype in ("bf16", "fp16")
+     [(16, 256, items, 0, 0, 1), (16, 256, items, 0, 1, 1)],
+     [(16, 256, items, 0), (16, 512, 4, 0), (16, 128, 8, 32)])
+    for m, n, items in ((1, 262144, 8), (4, 262144, 8), (32, 131072, 4)) for dtype in ("bf16", "fp16")
 ]
 
 

@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autotuner import runtime, select_kernel, softmax  # noqa: E402
 from autotuner.benchrun import peer_launchers  # noqa: E402
 from autotuner.measure import copy_reference  # noqa: E402
-from autotuner.timing import Timer  # noqa: E402
+from autotuner.timing import FLUSH_BYTES, HEAD_START_CYCLES, Timer  # noqa: E402
 from kernels.base import next_power_of_two  # noqa: E402
 from kernels.reference import check_softmax, random_input  # noqa: E402
 from kernels.triton_impl.common import Launcher  # noqa: E402
@@ -206,8 +206,6 @@ class HeldTimer:
         import cupy
         import numpy as np
 
-        from autotuner.timing import FLUSH_BYTES
-
         self.np, self.cupy = np, cupy
         self.kernel = cupy.RawKernel(HOLD_SOURCE, "hold_stream")
         self.flag = torch.zeros(1, dtype=torch.int32).pin_memory()  # mapped into the GPU's address space (UVA)
@@ -215,8 +213,6 @@ class HeldTimer:
         self.release = 0
 
     def time(self, fn, samples: int = 30, hold: bool = True, sync_each: bool = True) -> float:
-        from autotuner.timing import HEAD_START_CYCLES
-
         np, cupy = self.np, self.cupy
         for _ in range(3):
             fn()
