@@ -60,13 +60,13 @@ class ClusterSplitCuda(CudaVariant):
     # memory, so 3-4 (2) blocks share an SM on rows of 0.25-0.5 MB (0.5-1 MB) at M = 128, where the
     # 512-thread configs run one block per SM and reached 0.82-0.88 of copy on the H100.
     # (16, 128 | 256, 8, 32) and (16, 256, 8, 0): 16-block clusters of small blocks, 4-8 blocks per SM;
-    # on the H100 (scripts/probe_cluster_configs.py) the fastest at M = 128 with rows of 1 MB (bf16 /
+    # on the H100 (cold-L2 timer, rotating rounds) the fastest at M = 128 with rows of 1 MB (bf16 /
     # fp16 128x262144: 56.3 / 57.1 us against 57.4 / 58.1; fp32 128x262144: 105.3 against 106.8) and
     # at M = 32 (bf16 32x262144: 21.0 against 23.5), where the 512-thread C = 16 config ran 30-50 % slower.
     # Few rows of 16K-64K elements (M = 1-16, the decode shapes): more, lighter blocks. (16, 128 | 256,
-    # 2 | 4, 0) and (8, 128, 2, 0) hold 2-4 vectors a thread; on the H100 (scripts/probe_cluster_configs.py,
-    # 2026-11-25) they beat the best older config by 3-10 % at M = 1-4 (fp16 1x32000: 5.42 against
-    # 5.82 us; fp16 4x50257: 6.06 against 6.66; fp32 1x50257: 5.71 against 6.00; bf16 4x50257: 6.08
+    # 2 | 4, 0) and (8, 128, 2, 0) hold 2-4 vectors a thread; on the H100 (cold-L2 timer, 2026-11-25;
+    # their rows are in tests/data/h100_sweep.json.gz) they beat the best older config by 3-10 % at
+    # M = 1-4 (fp16 1x32000: 5.42 against 5.82 us; fp16 4x50257: 6.06 against 6.66; fp32 1x50257: 5.71 against 6.00; bf16 4x50257: 6.08
     # against 6.59), by 1.5-3 % at M = 16-32. (16, 512, 4, 0) is the same idea for rows of 128K-256K.
     # (16, 512, 8, 0) was dropped on 2026-11-25: the fastest of our kernels on no shape of the H100
     # recording (419 grid shapes, 120 held-out) nor of the H200's (347), and within 5 % of it on 7.

@@ -1,10 +1,10 @@
 """Diagnostic: why `autotuner bench` found the dispatched softmax 0.3-0.6 us behind Liger on small shapes
-and both ours and the copy ~15 % behind torch / Liger at M = 16384 (docs/BENCHMARKS.md), when the sweep
+and both ours and the copy ~15 % behind torch / Liger at M = 16384 (bench/README.md), when the sweep
 measured them level. On each shape it times, with the sweep's cold-L2 timer, in three rounds whose
 order rotates: the copy reference, `softmax(x)` (the dispatched plan), the same build's `launch(x,
 out)` into a preallocated output, `torch.softmax`, and Liger when importable. A gap that follows the
 position in the round is an order effect; one that stays with a candidate is real.
-Usage (on a GPU): python scripts/probe_bench_gap.py [--out FILE]"""
+Usage (on a GPU): python -m bench.probes.bench_gap [--out FILE]"""
 from __future__ import annotations
 
 import argparse
@@ -51,11 +51,10 @@ def main() -> None:
             for name in order:
                 times[name].append(candidates[name]())
         row = {"m": m, "n": n, "dtype": dtype, "dispatched": f"{choice.variant}[{choice.config_key}]",
-               "plan_replays": bool(getattr(runtime._plans.get((x.get_device(), x.shape, x.dtype)), "replays", False)),
                "times_us": times}
         results.append(row)
         cells = "  ".join(f"{name} {statistics.median(t):.2f} ({'/'.join(f'{v:.2f}' for v in t)})" for name, t in times.items())
-        print(f"{dtype} {m}x{n} [{row['dispatched']}, replays={row['plan_replays']}]: {cells}", flush=True)
+        print(f"{dtype} {m}x{n} [{row['dispatched']}]: {cells}", flush=True)
         del x, out
         torch.cuda.empty_cache()
     if args.out:

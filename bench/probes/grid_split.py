@@ -1,6 +1,6 @@
 """Diagnostic: time cuda_grid_split configs on a few shapes with the sweep's cold-L2 timer, to see
 whether the ~300 us rows recorded on the H100 (e.g. split=64,block=512,packs=2 at bf16 4x16384)
-reproduce. Usage (on a GPU): python scripts/probe_grid_split.py"""
+reproduce. Usage (on a GPU): python -m bench.probes.grid_split"""
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,6 @@
 """Diagnostic: host time of the ways to allocate softmax()'s output on CUDA (torch.empty_like was
 3.3-3.7 µs of the ~4-7 µs host overhead on H100 hosts). Wall time per call over 20,000 calls,
-median of 7 rounds, for a few shapes. Usage (on a GPU): python scripts/probe_alloc.py
+median of 7 rounds, for a few shapes. Usage (on a GPU): python -m bench.probes.alloc
 """
 from __future__ import annotations
 

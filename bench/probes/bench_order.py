@@ -3,7 +3,7 @@ and peers, then ``torch.cuda.empty_cache()``), does a timing depend on when it r
 bench measured copy and the dispatched softmax at ~108 us on three 128 MB shapes where torch and
 Liger, timed after them on the same tensors, took ~94 us. This repeats that order and times the copy
 and the softmax again at the end of each shape.
-Usage (on a GPU): python scripts/probe_bench_order.py
+Usage (on a GPU): python -m bench.probes.bench_order
 """
 from __future__ import annotations
 

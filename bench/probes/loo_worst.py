@@ -9,7 +9,7 @@ Then the largest regret among picks measured at every neighbour and among the ot
 
 Usage, from the repository root (``--any-source`` for a recording older than the kernel sources):
 
-    python scripts/probe_loo_worst.py tests/data/h100_sweep.json.gz [--worst 6] [--any-source]
+    python -m bench.probes.loo_worst tests/data/h100_sweep.json.gz [--worst 6] [--any-source]
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ about 1.15x the anchors' ``x.clone()`` on half of the large shapes, and the disp
 1.15x the same kernel in the sweep on a few. This times, with the sweep's cold-L2 timer, a copy and the
 shipped table's kernel from x at a fixed place in one pool to outputs at several offsets, plus
 ``x.clone()`` and the two placements the sweep and the bench use.
-Usage (on a GPU): python scripts/probe_layout.py [--quick]   (prints one line per measurement)
+Usage (on a GPU): python -m bench.probes.layout [--quick]   (prints one line per measurement)
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 copy references (timed first on each shape's newly allocated tensors) were about 1.15x the anchors'
 copy on half of the large shapes, while the same copy on long-lived tensors was not. This allocates
 fresh tensors (after ``torch.cuda.empty_cache()``) and times a copy at once, again, and after a pause.
-Usage (on a GPU): python scripts/probe_fresh_memory.py
+Usage (on a GPU): python -m bench.probes.fresh_memory
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ float64, and times them with the sweep's cold-L2 timer in rotating rounds beside
 Prints per shape: copy, then each config's median µs, fraction of copy, registers, spills and blocks
 per SM. A config that fails to build or launch (a cluster the GPU cannot co-schedule) is reported,
 not raised.
-Usage (on a GPU): python scripts/probe_cluster_configs.py [--rounds 3] [--shapes 1x32000:fp16,4x65536:bf16]
+Usage (on a GPU): python -m bench.probes.cluster_configs [--rounds 3] [--shapes 1x32000:fp16,4x65536:bf16]
 [--configs 16/128/2/0,8/128/4/0] (cluster/block/packs/smem KB; the defaults are the lists below)."""
 from __future__ import annotations
 
