@@ -85,8 +85,8 @@ def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", p
     round). A kernel's figure is the median of its rounds (a failure in any round is reported instead);
     the copy's is its fastest round, the speed of light this GPU showed on the shape, so no fraction of
     it is flattered by a slow copy. Fresh buffers each round because one placement of a pair of 128 MB
-    buffers was seen to slow everything written there by 15 % (docs/BENCHMARKS.md, "The copy
-    reference"); the median over placements is what a caller meets. ``graph_launch``: every timed call
+    buffers was seen to slow everything written there by 15 % (H100 bench,
+    2026-11-24); the median over placements is what a caller meets. ``graph_launch``: every timed call
     is a CUDA-graph replay of it (``autotuner.timing.Timer``), so that no contender's GPU time depends
     on how fast its Python launch path submits it."""
     import statistics

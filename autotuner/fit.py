@@ -34,7 +34,7 @@ BAD_STATUSES = ("wrong", "fault")
 EXCLUDED_BACKENDS = ("external",)
 # 3 %. 1 % gave lower leave-one-out regret on the recorded sweeps (H100 1.024 / 1.023 / 1.021 against
 # 1.027 / 1.027 / 1.021) but kept 24-28 candidates instead of 15-21, more of them measured at only
-# some neighbours of a shape, which made a first lookup about 50 % slower (docs/BENCHMARKS.md).
+# some neighbours of a shape, which made a first lookup about 50 % slower (2026-11-23).
 DEFAULT_PRUNE_MARGIN = 0.03
 
 

@@ -1,6 +1,6 @@
 """The shapes a sweep measures.
 
-Default grid (the peers grid of ``docs/BENCHMARKS.md``): every M in ``DEFAULT_M`` × every N in
+Default grid (the grid of the peers' anchor figures): every M in ``DEFAULT_M`` × every N in
 ``DEFAULT_N`` whose tensor is at most ``MAX_TENSOR_BYTES`` (2 GiB), for fp32, fp16 and bf16. N covers
 powers of two and real vocabulary sizes (32000 Llama, 50257 GPT-2, 151936 Qwen). ``--m``/``--n``/
 ``--dtype`` replace the corresponding axis. Shapes are ordered coarse to fine (see ``coarse_to_fine``)

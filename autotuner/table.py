@@ -38,7 +38,7 @@ failed). Lookup rules:
      among lines that do surround the query, and skips that axis if none does. So at the grid's edge
      (M = 1, the smallest N, ...) a missing point is read from both axes under the clamped rule, from
      its edge line alone under the old one: leave-one-out on the recorded sweeps preferred the
-     former on both GPUs (docs/BENCHMARKS.md).
+     former on both GPUs (CHANGELOG.md, 2026-11-23).
   2. At each neighbour p, a candidate's regret r = its time / the fastest time there, capped at
      ``REGRET_CAP`` (1.5: past that the sweep keeps only a noisy 5-repetition estimate, and all it
      says is "much slower"). A candidate not measured at p (it cannot run there, or failed) has no

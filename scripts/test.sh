@@ -7,7 +7,12 @@ cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
 
 pg_dir=""
-cleanup() { [ -n "$pg_dir" ] && runuser -u postgres -- pg_ctl -D "$pg_dir/data" -m immediate stop >/dev/null 2>&1 || true; }
+# On exit: stop the throwaway server and remove its folder (data, logs, socket; about 40 MB).
+cleanup() {
+  [ -n "$pg_dir" ] || return 0
+  runuser -u postgres -- pg_ctl -D "$pg_dir/data" -m immediate stop >/dev/null 2>&1 || true
+  rm -rf -- "$pg_dir"
+}
 trap cleanup EXIT
 if [ -z "${AUTOTUNER_TEST_POSTGRES_URL:-}" ] && command -v initdb >/dev/null && id postgres >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   pg_dir=$(mktemp -d /tmp/autotuner-pg.XXXXXX); chown postgres "$pg_dir"
@@ -18,7 +23,8 @@ if [ -z "${AUTOTUNER_TEST_POSTGRES_URL:-}" ] && command -v initdb >/dev/null && 
     export AUTOTUNER_TEST_POSTGRES_URL="postgresql+psycopg://postgres@127.0.0.1:$port/postgres"
     echo "test.sh: PostgreSQL started for the database tests ($AUTOTUNER_TEST_POSTGRES_URL)"
   else
-    echo "test.sh: could not start PostgreSQL (see $pg_dir); its tests will be skipped"
+    echo "test.sh: could not start PostgreSQL; its tests will be skipped. Its logs:" >&2
+    tail -n 20 "$pg_dir"/*.log >&2 2>/dev/null || true
   fi
 fi
 python -m pytest "$@"

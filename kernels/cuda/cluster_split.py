@@ -117,7 +117,7 @@ class ClusterSplitCuda(CudaVariant):
         # a registers-only config where a quarter of its slots are used (smaller configs serve
         # shorter rows with fewer idle threads). The quarter itself is admitted: it is a grid N
         # (capacities are powers of two), and a config measured there is judged on all of its
-        # neighbours when the fit predicts the next N up (docs/BENCHMARKS.md, "Sixth session").
+        # neighbours when the fit predicts the next N up (CHANGELOG.md, 2026-11-24).
         regs_only = row_capacity(cluster, block, packs, 0, dtype)
         n_min = regs_only + 1 if smem_kb else cap // 4
         return {"n_min": n_min, "n_max": cap, "m_max": MAX_GRID_X // cluster}

@@ -1,5 +1,5 @@
 """Fit, lookup and sweep logic replayed on a real sweep recorded on a GPU (tests/data/*_sweep.json.gz,
-written by `autotuner export` on the lent H100/H200; docs/BENCHMARKS.md says which run)."""
+written by `autotuner export` on the lent H100/H200; docs/RESULTS_<GPU>.md lists its runs)."""
 from __future__ import annotations
 
 import gzip
@@ -71,8 +71,8 @@ def test_tables_choose_runnable_kernels_for_shapes_never_measured(fitted, record
 
 def test_local_regret_beats_interpolated_times_out_of_sample(recorded):
     """Leave-one-out regret of fit's default rule and of interp-log on the recording as recorded
-    (``any_source``: the kernels' sources may have moved on since); docs/BENCHMARKS.md has the
-    figures (local-regret-clamped geomean 1.021-1.049, p95 1.08-1.12; interp-log 1.04-1.10 and
+    (``any_source``: the kernels' sources may have moved on since); measured when the rule was
+    chosen (local-regret-clamped geomean 1.021-1.049, p95 1.08-1.12; interp-log 1.04-1.10 and
     1.17-1.40)."""
     engine, gpu, dtypes = recorded
     with Session(engine) as session:
@@ -88,7 +88,7 @@ def test_clamped_rule_beats_the_previous_one_out_of_sample(recorded):
     """Leave-one-out regret of fit's default rule (local-regret-clamped) against the previous one
     (local-regret), both with the default 3 % prune margin, on the recording as recorded: a max no
     higher on every dtype of both GPUs, a geomean never higher by more than 0.1 % per dtype nor over
-    the dtypes together (docs/BENCHMARKS.md has the figures of the recordings the rule was chosen on;
+    the dtypes together (on the recordings the rule was chosen on:
     in the sixth session's H100 fp16 tied at 1.0101 against 1.0097 while its max fell from 1.16 to
     1.07; in the seventh's, with rows M = 2 and 8 and six more cluster configs, the H100's dtypes tie
     together, +0.02 %, while bf16's max falls from 1.100 to 1.081; with every row, stale sources
@@ -178,8 +178,8 @@ def test_held_out_shapes_recorded_on_the_gpu_score_the_fitted_tables(recorded, f
         with Session(engine) as session:
             scores = held_out_scores(session, DispatchTable(document))
         assert scores["shapes"] in (12, 40) and scores["misses"] == 0, (dtype, scores["shapes"])
-        # worst recorded: H100 fp32 2000x2500, 1.36 (docs/BENCHMARKS.md)
+        # worst recorded: H100 fp32 2000x2500, 1.36 (2026-11-25)
         assert scores["geomean"] < 1.08 and scores["max"] < 1.4, (dtype, scores["geomean"], scores["max"])
         odd_m = [d["regret"] for d in scores["shapes_detail"] if d["m"] in ODD_M_SET_M]
-        if odd_m:  # batch sizes off the grid: 1.008-1.011 geomean, max 1.07 recorded (docs/BENCHMARKS.md)
+        if odd_m:  # batch sizes off the grid: 1.008-1.011 geomean, max 1.07 recorded (2026-11-25)
             assert math.exp(sum(map(math.log, odd_m)) / len(odd_m)) < 1.03 and max(odd_m) < 1.15, (dtype, odd_m)

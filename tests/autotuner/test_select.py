@@ -66,7 +66,7 @@ def test_warm_lookup_is_a_dictionary_probe():
     for _ in range(10000):
         store.select(4096, 50000, "bf16", "h100")
     per_call_us = (time.perf_counter() - started) / 10000 * 1e6
-    assert per_call_us < 5.0  # generous for a loaded CI machine; docs/BENCHMARKS.md has the measured figure
+    assert per_call_us < 5.0  # generous for a loaded CI machine; docs/RESULTS_<GPU>.md has the measured figure
 
 
 def test_runtime_replaces_a_choice_this_host_cannot_run_with_torch(monkeypatch):
