@@ -1,0 +1,82 @@
+"""Many short rows (N up to 1024, any M): 1..32 lanes per row, several rows per lane group held at
+once, a grid-stride loop over row tiles so the grid may be capped at the resident blocks (issue 17).
+Source: ``short_rows.cu``.
+
+A config is (lanes, elems, rows, block, persistent): ``lanes`` threads share a row, each holding
+``elems`` of its elements (N <= lanes * elems); each group holds ``rows`` rows at once (their loads
+all in flight together); ``block`` threads per block; ``persistent`` = 1 caps the grid at the blocks
+the GPU holds at once (threads per SM / block, times SMs) and lets each block loop over tiles,
+0 launches one block per tile. A config declares ``n_min`` above a quarter of its capacity: a row
+that fills less of the registers is the job of a smaller config, and sweeping it there is waste.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from kernels.base import DTYPE_BYTES, KernelConfig, cdiv
+from kernels.cuda import loader
+from kernels.cuda.common import CudaVariant
+from kernels.cuda.loader import CUDA_TYPE
+
+# (threads per block, persistent): the grid cap pays off at large M, where 256-thread blocks
+# loop; the block size alone matters little, so only the uncapped grid tries both.
+LAUNCHES: tuple[tuple[int, int], ...] = ((128, 0), (256, 0), (256, 1))
+MAX_GRID_X = 2**31 - 1
+# (lanes per row, elements per lane, rows per group): capacities 32 .. 1024. The rows per group
+# keep about 8..32 elements (32..128 bytes of fp32) of row per thread in flight.
+SHAPES: tuple[tuple[int, int, int], ...] = (
+    (2, 16, 1), (4, 8, 1), (4, 8, 2),
+    (4, 16, 1), (8, 8, 1), (8, 8, 2),
+    (8, 16, 1), (16, 8, 1), (16, 8, 2),
+    (16, 16, 1), (32, 8, 1), (32, 8, 2),
+    (16, 32, 1), (32, 16, 1),
+    (32, 32, 1),
+)
+SMALLEST_CAPACITY = min(lanes * elems for lanes, elems, _ in SHAPES)
+
+
+def vec_items(elems: int, dtype: str) -> tuple[int, int]:
+    """(elements per load, loads per lane): 16-byte loads where a lane holds that much."""
+    vec = min(16 // DTYPE_BYTES[dtype], elems)
+    return vec, elems // vec
+
+
+class ShortRowsCuda(CudaVariant):
+    name = "cuda_short_rows"
+    seed = "beyond-seeds"
+    source = "short_rows.cu"
+    dtypes = ("fp32", "fp16", "bf16")
+    min_arch: ClassVar[int] = 80  # 16-byte __ldg, bf16 arithmetic conversions: sm_80 and later
+    description = (
+        "1..32 lanes per short row (N <= 1024), several rows per lane group in flight, grid-stride "
+        "loop over row tiles (optionally a persistent grid), row in registers, shuffle-only reduction"
+    )
+
+    def all_configs(self) -> list[KernelConfig]:
+        return [
+            KernelConfig.of(lanes=lanes, elems=elems, rows=rows, block=block, persistent=persistent)
+            for lanes, elems, rows in SHAPES
+            for block, persistent in LAUNCHES
+        ]
+
+    def constraints(self, config: KernelConfig, dtype: str) -> dict[str, int]:
+        capacity = int(config["lanes"]) * int(config["elems"])
+        n_min = 1 if capacity <= SMALLEST_CAPACITY else capacity // 4 + 1
+        return {"n_min": n_min, "n_max": capacity}
+
+    def name_expression(self, config: KernelConfig, dtype: str) -> str:
+        vec, items = vec_items(int(config["elems"]), dtype)
+        return (
+            f"softmax_short_rows<{CUDA_TYPE[dtype]}, {int(config['lanes'])}, {int(config['block'])}, "
+            f"{vec}, {items}, {int(config['rows'])}>"
+        )
+
+    def tile_rows(self, config: KernelConfig) -> int:
+        return int(config["block"]) // int(config["lanes"]) * int(config["rows"])
+
+    def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
+        tiles = min(cdiv(m, self.tile_rows(config)), MAX_GRID_X)
+        if int(config["persistent"]):
+            threads_per_sm, _, sm_count = loader.device_limits()
+            tiles = min(tiles, max(1, threads_per_sm // int(config["block"])) * sm_count)
+        return (tiles, 1, 1)
