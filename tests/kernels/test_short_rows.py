@@ -1,0 +1,73 @@
+"""cuda_short_rows without a GPU: its configs cover every N from 1 to 1024 for every dtype, each
+config's constraints are what its template can hold, every template parameter is in the instance
+name, the grid covers every row (capped where persistent), and it compiles without spills for the
+architectures beyond sm_80 / sm_90 that it claims (sm_89, sm_100) where nvcc has them."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from kernels.base import DTYPES
+from kernels.cuda import short_rows
+from kernels.cuda.short_rows import ShortRowsCuda
+from tests.kernels.test_cuda_compile import NVCC, compile_variant, instances, needs_nvcc
+
+VARIANT = ShortRowsCuda()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_length_up_to_1024_has_a_config_and_none_beyond(dtype: str) -> None:
+    for n in range(1, 1025):
+        assert VARIANT.configs(16384, n, dtype), f"no config for N={n} {dtype}"
+    assert not VARIANT.configs(16384, 1025, dtype)
+
+
+def test_constraints_match_the_template_capacity() -> None:
+    for config in VARIANT.all_configs():
+        for dtype in DTYPES:
+            vec, items = short_rows.vec_items(int(config["elems"]), dtype)
+            limits = VARIANT.constraints(config, dtype)
+            assert limits["n_max"] == int(config["lanes"]) * vec * items
+            assert 1 <= limits["n_min"] <= limits["n_max"] // 4 + 1
+            assert "m_max" not in limits  # the grid-stride loop takes any M
+
+
+def test_instance_names_carry_every_parameter() -> None:
+    config = next(c for c in VARIANT.all_configs() if int(c["rows"]) == 2 and int(c["block"]) == 256)
+    name = VARIANT.name_expression(config, "bf16")
+    lanes, block, rows = (int(config[k]) for k in ("lanes", "block", "rows"))
+    assert name == f"softmax_short_rows<__nv_bfloat16, {lanes}, {block}, 8, {int(config['elems']) // 8}, {rows}>"
+    names = {(VARIANT.name_expression(c, d), c["persistent"]) for c in VARIANT.all_configs() for d in DTYPES}
+    assert len(names) == len(VARIANT.all_configs()) * len(DTYPES)
+
+
+def test_grid_covers_every_row_and_persistent_grid_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(short_rows.loader, "device_limits", lambda: (2048, 232448, 132))
+    for config in VARIANT.all_configs():
+        tile = VARIANT.tile_rows(config)
+        for m in (1, tile, tile + 1, 2**20 + 3, 2**31 + 7):
+            blocks = VARIANT.grid(config, m, 64)[0]
+            assert 1 <= blocks <= 2**31 - 1
+            if int(config["persistent"]):
+                assert blocks == min(-(-m // tile), 2048 // int(config["block"]) * 132)
+            else:
+                assert blocks == min(-(-m // tile), 2**31 - 1)
+
+
+def nvcc_has_arch(arch: int) -> bool:
+    listed = subprocess.run([NVCC, "--list-gpu-arch"], capture_output=True, text=True).stdout
+    return f"compute_{arch}" in listed
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", [89, 100])
+def test_short_rows_compiles_without_spills_on_more_architectures(arch: int, tmp_path) -> None:
+    if not nvcc_has_arch(arch):
+        pytest.skip(f"this nvcc has no sm_{arch}")
+    assert arch >= VARIANT.min_arch
+    result = compile_variant(VARIANT, arch, tmp_path)
+    assert result.ok, result.log[-4000:]
+    assert len(result.kernels) == len({expr for expr, _, _ in instances(VARIANT)}), "an instance is missing"
+    spilled = {name: r for name, r in result.kernels.items() if r.spill_stores or r.spill_loads}
+    assert not spilled, f"sm_{arch} spills: {list(spilled)[:5]}"
