@@ -48,7 +48,7 @@ def geomean(values: list[float]) -> float:
 
 def summarize(document: dict, focus: str) -> str:
     best, copies = best_times(document)
-    lines = ["dtype      M     N  variant                 best config                               us  copy-frac  vs-torch"]
+    lines = ["dtype      M     N  variant                 best config                                          us  copy-frac  vs-torch"]
     fractions: list[float] = []
     versus_torch: list[tuple[float, tuple]] = []
     for shape in sorted(best):
@@ -58,7 +58,7 @@ def summarize(document: dict, focus: str) -> str:
         for variant, (us, config) in sorted(best[shape].items()):
             fraction = copy / us if copy else float("nan")
             ratio = torch_us / us if torch_us else float("nan")
-            lines.append(f"{dtype:5} {m:>7} {n:>5}  {variant:22}  {config[:38]:38} {us:9.2f}  {fraction:9.3f}  {ratio:8.3f}")
+            lines.append(f"{dtype:5} {m:>7} {n:>5}  {variant:22}  {config:50} {us:9.2f}  {fraction:9.3f}  {ratio:8.3f}")
             if variant == focus:
                 if copy:
                     fractions.append(fraction)
