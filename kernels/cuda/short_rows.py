@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kernels.base import DTYPE_BYTES, KernelConfig, cdiv
+from kernels.base import KernelConfig, cdiv
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
+from kernels.cuda.warp_row import vec_items  # same 16-byte split of a lane's elements
 
 # (threads per block, persistent): the grid cap pays off at large M, where 256-thread blocks
 # loop; the block size alone matters little, so only the uncapped grid tries both.
@@ -37,12 +38,6 @@ SHAPES: tuple[tuple[int, int, int], ...] = (
 SMALLEST_CAPACITY = min(lanes * elems for lanes, elems, _ in SHAPES)
 
 
-def vec_items(elems: int, dtype: str) -> tuple[int, int]:
-    """(elements per load, loads per lane): 16-byte loads where a lane holds that much."""
-    vec = min(16 // DTYPE_BYTES[dtype], elems)
-    return vec, elems // vec
-
-
 class ShortRowsCuda(CudaVariant):
     name = "cuda_short_rows"
     seed = "beyond-seeds"
@@ -50,8 +45,8 @@ class ShortRowsCuda(CudaVariant):
     dtypes = ("fp32", "fp16", "bf16")
     min_arch: ClassVar[int] = 80  # 16-byte __ldg, bf16 arithmetic conversions: sm_80 and later
     description = (
-        "1..32 lanes per short row (N <= 1024), several rows per lane group in flight, grid-stride "
-        "loop over row tiles (optionally a persistent grid), row in registers, shuffle-only reduction"
+        "1..32 lanes per short row (N <= 1024), grid-stride loop over row tiles (optionally a "
+        "persistent grid), row in registers with vector loads, shuffle-only reduction, no barriers"
     )
 
     def all_configs(self) -> list[KernelConfig]:

@@ -11,6 +11,7 @@ import pytest
 from kernels.base import DTYPES
 from kernels.cuda import short_rows
 from kernels.cuda.short_rows import ShortRowsCuda
+from kernels.cuda.warp_row import vec_items
 from tests.kernels.test_cuda_compile import NVCC, compile_variant, instances, needs_nvcc
 
 VARIANT = ShortRowsCuda()
@@ -26,7 +27,7 @@ def test_every_length_up_to_1024_has_a_config_and_none_beyond(dtype: str) -> Non
 def test_constraints_match_the_template_capacity() -> None:
     for config in VARIANT.all_configs():
         for dtype in DTYPES:
-            vec, items = short_rows.vec_items(int(config["elems"]), dtype)
+            vec, items = vec_items(int(config["elems"]), dtype)
             limits = VARIANT.constraints(config, dtype)
             assert limits["n_max"] == int(config["lanes"]) * vec * items
             assert 1 <= limits["n_min"] <= limits["n_max"] // 4 + 1
