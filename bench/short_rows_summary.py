@@ -48,7 +48,8 @@ def geomean(values: list[float]) -> float:
 
 def summarize(document: dict, focus: str) -> str:
     best, copies = best_times(document)
-    lines = ["dtype      M     N  variant                 best config                                          us  copy-frac  vs-torch"]
+    header = "dtype      M     N  variant                 best config"
+    lines = [f"{header:101}us  copy-frac  vs-torch"]
     fractions: list[float] = []
     versus_torch: list[tuple[float, tuple]] = []
     for shape in sorted(best):

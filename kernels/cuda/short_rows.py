@@ -4,9 +4,9 @@ Source: ``short_rows.cu``.
 
 A config is (lanes, elems, rows, block, persistent): ``lanes`` threads share a row, each holding
 ``elems`` of its elements (N <= lanes * elems); each group holds ``rows`` rows at once (their loads
-all in flight together; the configs offer 1, see ``SHAPES``); ``block`` threads per block; ``persistent`` = 1 caps the grid at the blocks
-the GPU holds at once (threads per SM / block, times SMs) and lets each block loop over tiles,
-0 launches one block per tile. A config declares ``n_min`` above a quarter of its capacity: a row
+all in flight together; the configs offer 1, see ``SHAPES``); ``block`` threads per block;
+``persistent`` = 1 caps the grid at the blocks the GPU holds at once (threads per SM / block, times
+SMs) and lets each block loop over tiles, 0 launches one block per tile. A config declares ``n_min`` above a quarter of its capacity: a row
 that fills less of the registers is the job of a smaller config, and sweeping it there is waste.
 """
 from __future__ import annotations

@@ -72,3 +72,27 @@ def test_short_rows_compiles_without_spills_on_more_architectures(arch: int, tmp
     assert len(result.kernels) == len({expr for expr, _, _ in instances(VARIANT)}), "an instance is missing"
     spilled = {name: r for name, r in result.kernels.items() if r.spill_stores or r.spill_loads}
     assert not spilled, f"sm_{arch} spills: {list(spilled)[:5]}"
+
+
+def test_summary_takes_each_variants_best_config_against_copy_and_torch() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "short_rows_summary.py"
+    spec = importlib.util.spec_from_file_location("short_rows_summary", path)
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    candidates = [{"variant": "cuda_short_rows", "config_key": "a"}, {"variant": "cuda_short_rows", "config_key": "b"},
+                  {"variant": "torch_softmax", "config_key": ""}]
+    rows = [(0, 10.0, "ok"), (1, 8.0, "ok"), (1, 1.0, "wrong"), (2, 12.0, "ok")]
+    document = {"runs": [{
+        "candidates": candidates,
+        "measurements": [{"candidate": c, "m": 16384, "n": 33, "dtype": "fp16", "status": s, "median_us": us}
+                         for c, us, s in rows],
+        "copy_references": [{"m": 16384, "n": 33, "dtype": "fp16", "median_us": 6.0}],
+    }]}
+    best, copies = summary.best_times(document)
+    assert best[("fp16", 16384, 33)] == {"cuda_short_rows": (8.0, "b"), "torch_softmax": (12.0, "")}
+    text = summary.summarize(document, "cuda_short_rows")
+    assert "copy-speed fraction geomean 0.750, vs torch.softmax geomean 1.500" in text
+    assert "more than 3 % slower than torch.softmax: 0 of 1" in text
