@@ -1,0 +1,79 @@
+"""Many short rows (N up to 1024, any M): 1..32 lanes per row, a grid-stride loop over row tiles so
+the grid may be capped at the resident blocks (issue 17).
+Source: ``short_rows.cu``.
+
+A config is (lanes, elems, rows, block, persistent): ``lanes`` threads share a row, each holding
+``elems`` of its elements (N <= lanes * elems); each group holds ``rows`` rows at once (their loads
+all in flight together; the configs offer 1, see ``SHAPES``); ``block`` threads per block;
+``persistent`` = 1 caps the grid at the blocks the GPU holds at once (threads per SM / block, times
+SMs) and lets each block loop over tiles, 0 launches one block per tile. A config declares ``n_min`` above a quarter of its capacity: a row
+that fills less of the registers is the job of a smaller config, and sweeping it there is waste.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from kernels.base import KernelConfig, cdiv
+from kernels.cuda import loader
+from kernels.cuda.common import CudaVariant
+from kernels.cuda.loader import CUDA_TYPE
+from kernels.cuda.warp_row import vec_items  # same 16-byte split of a lane's elements
+
+# (threads per block, persistent): the grid cap pays off at large M, where 256-thread blocks
+# loop; the block size alone matters little, so only the uncapped grid tries both.
+LAUNCHES: tuple[tuple[int, int], ...] = ((128, 0), (256, 0), (256, 1))
+MAX_GRID_X = 2**31 - 1
+# (lanes per row, elements per lane, rows per group): capacities 32 .. 1024, rows per group 1. Two
+# rows per group (4-8 rows of 8-16 elements per thread in flight) was swept at every capacity up to
+# 256 on the H100 (bench/data/short_rows_h100.json.gz: 72 shapes, N 32..1024, M 16384 and 262144)
+# and was never the best config, so it is no longer offered; the template keeps ROWS.
+SHAPES: tuple[tuple[int, int, int], ...] = (
+    (2, 16, 1), (4, 8, 1),
+    (4, 16, 1), (8, 8, 1),
+    (8, 16, 1), (16, 8, 1),
+    (16, 16, 1), (32, 8, 1),
+    (16, 32, 1), (32, 16, 1),
+    (32, 32, 1),
+)
+SMALLEST_CAPACITY = min(lanes * elems for lanes, elems, _ in SHAPES)
+
+
+class ShortRowsCuda(CudaVariant):
+    name = "cuda_short_rows"
+    seed = "beyond-seeds"
+    source = "short_rows.cu"
+    dtypes = ("fp32", "fp16", "bf16")
+    min_arch: ClassVar[int] = 80  # 16-byte __ldg, bf16 arithmetic conversions: sm_80 and later
+    description = (
+        "1..32 lanes per short row (N <= 1024), grid-stride loop over row tiles (optionally a "
+        "persistent grid), row in registers with vector loads, shuffle-only reduction, no barriers"
+    )
+
+    def all_configs(self) -> list[KernelConfig]:
+        return [
+            KernelConfig.of(lanes=lanes, elems=elems, rows=rows, block=block, persistent=persistent)
+            for lanes, elems, rows in SHAPES
+            for block, persistent in LAUNCHES
+        ]
+
+    def constraints(self, config: KernelConfig, dtype: str) -> dict[str, int]:
+        capacity = int(config["lanes"]) * int(config["elems"])
+        n_min = 1 if capacity <= SMALLEST_CAPACITY else capacity // 4 + 1
+        return {"n_min": n_min, "n_max": capacity}
+
+    def name_expression(self, config: KernelConfig, dtype: str) -> str:
+        vec, items = vec_items(int(config["elems"]), dtype)
+        return (
+            f"softmax_short_rows<{CUDA_TYPE[dtype]}, {int(config['lanes'])}, {int(config['block'])}, "
+            f"{vec}, {items}, {int(config['rows'])}>"
+        )
+
+    def tile_rows(self, config: KernelConfig) -> int:
+        return int(config["block"]) // int(config["lanes"]) * int(config["rows"])
+
+    def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
+        tiles = min(cdiv(m, self.tile_rows(config)), MAX_GRID_X)
+        if int(config["persistent"]):
+            threads_per_sm, _, sm_count = loader.device_limits()
+            tiles = min(tiles, max(1, threads_per_sm // int(config["block"])) * sm_count)
+        return (tiles, 1, 1)

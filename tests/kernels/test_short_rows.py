@@ -1,0 +1,98 @@
+"""cuda_short_rows without a GPU: its configs cover every N from 1 to 1024 for every dtype, each
+config's constraints are what its template can hold, every template parameter is in the instance
+name, the grid covers every row (capped where persistent), and it compiles without spills for the
+architectures beyond sm_80 / sm_90 that it claims (sm_89, sm_100) where nvcc has them."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from kernels.base import DTYPES
+from kernels.cuda import short_rows
+from kernels.cuda.short_rows import ShortRowsCuda
+from kernels.cuda.warp_row import vec_items
+from tests.kernels.test_cuda_compile import NVCC, compile_variant, instances, needs_nvcc
+
+VARIANT = ShortRowsCuda()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_length_up_to_1024_has_a_config_and_none_beyond(dtype: str) -> None:
+    for n in range(1, 1025):
+        assert VARIANT.configs(16384, n, dtype), f"no config for N={n} {dtype}"
+    assert not VARIANT.configs(16384, 1025, dtype)
+
+
+def test_constraints_match_the_template_capacity() -> None:
+    for config in VARIANT.all_configs():
+        for dtype in DTYPES:
+            vec, items = vec_items(int(config["elems"]), dtype)
+            limits = VARIANT.constraints(config, dtype)
+            assert limits["n_max"] == int(config["lanes"]) * vec * items
+            assert 1 <= limits["n_min"] <= limits["n_max"] // 4 + 1
+            assert "m_max" not in limits  # the grid-stride loop takes any M
+
+
+def test_instance_names_carry_every_parameter() -> None:
+    config = next(c for c in VARIANT.all_configs() if int(c["elems"]) == 16 and int(c["block"]) == 256)
+    name = VARIANT.name_expression(config, "bf16")
+    lanes, block, rows = (int(config[k]) for k in ("lanes", "block", "rows"))
+    assert name == f"softmax_short_rows<__nv_bfloat16, {lanes}, {block}, 8, {int(config['elems']) // 8}, {rows}>"
+    names = {(VARIANT.name_expression(c, d), c["persistent"]) for c in VARIANT.all_configs() for d in DTYPES}
+    assert len(names) == len(VARIANT.all_configs()) * len(DTYPES)
+
+
+def test_grid_covers_every_row_and_persistent_grid_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(short_rows.loader, "device_limits", lambda: (2048, 232448, 132))
+    for config in VARIANT.all_configs():
+        tile = VARIANT.tile_rows(config)
+        for m in (1, tile, tile + 1, 2**20 + 3, 2**31 + 7):
+            blocks = VARIANT.grid(config, m, 64)[0]
+            assert 1 <= blocks <= 2**31 - 1
+            if int(config["persistent"]):
+                assert blocks == min(-(-m // tile), 2048 // int(config["block"]) * 132)
+            else:
+                assert blocks == min(-(-m // tile), 2**31 - 1)
+
+
+def nvcc_has_arch(arch: int) -> bool:
+    listed = subprocess.run([NVCC, "--list-gpu-arch"], capture_output=True, text=True).stdout
+    return f"compute_{arch}" in listed
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", [89, 100])
+def test_short_rows_compiles_without_spills_on_more_architectures(arch: int, tmp_path) -> None:
+    if not nvcc_has_arch(arch):
+        pytest.skip(f"this nvcc has no sm_{arch}")
+    assert arch >= VARIANT.min_arch
+    result = compile_variant(VARIANT, arch, tmp_path)
+    assert result.ok, result.log[-4000:]
+    assert len(result.kernels) == len({expr for expr, _, _ in instances(VARIANT)}), "an instance is missing"
+    spilled = {name: r for name, r in result.kernels.items() if r.spill_stores or r.spill_loads}
+    assert not spilled, f"sm_{arch} spills: {list(spilled)[:5]}"
+
+
+def test_summary_takes_each_variants_best_config_against_copy_and_torch() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "short_rows_summary.py"
+    spec = importlib.util.spec_from_file_location("short_rows_summary", path)
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    candidates = [{"variant": "cuda_short_rows", "config_key": "a"}, {"variant": "cuda_short_rows", "config_key": "b"},
+                  {"variant": "torch_softmax", "config_key": ""}]
+    rows = [(0, 10.0, "ok"), (1, 8.0, "ok"), (1, 1.0, "wrong"), (2, 12.0, "ok")]
+    document = {"runs": [{
+        "candidates": candidates,
+        "measurements": [{"candidate": c, "m": 16384, "n": 33, "dtype": "fp16", "status": s, "median_us": us}
+                         for c, us, s in rows],
+        "copy_references": [{"m": 16384, "n": 33, "dtype": "fp16", "median_us": 6.0}],
+    }]}
+    best, copies = summary.best_times(document)
+    assert best[("fp16", 16384, 33)] == {"cuda_short_rows": (8.0, "b"), "torch_softmax": (12.0, "")}
+    text = summary.summarize(document, "cuda_short_rows")
+    assert "copy-speed fraction geomean 0.750, vs torch.softmax geomean 1.500" in text
+    assert "more than 3 % slower than torch.softmax: 0 of 1" in text
