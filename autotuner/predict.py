@@ -12,19 +12,22 @@ on every measured row M, then along M across those rows, by :func:`scaled`:
 - past the largest measured size x2: t(x) = t(x2) (x / x2)^s, with s the candidate's measured
   exponent between its two largest sizes x1 < x2 on that line, floored at 0. A candidate whose time
   grew faster than the work there (s > ``SCALE_LIMIT``: it is falling off a capacity cliff) is not
-  extrapolated: nothing measured vouches for it past x2;
+  extrapolated: nothing measured vouches for it past x2. A candidate measured at one size only
+  (on that line) is taken to scale with the work (s = 1), the most a kernel within its capacity
+  (its constraints admit the shape) was seen to grow;
 - below the smallest measured size: no value. A kernel's cost per row does not shrink below its
   capacity (a block of 512 threads spends as long on a row of 64 as on one of 1024), so rows shorter
   than any measured one are not predicted from longer ones.
 
 Between measured points inside the domain, ``predicted_us`` of the table rule's pick is also this
 model's (where it has one). The prediction is at least the bytes the shape moves (read + write) at the best bandwidth the
-table's copy kernel reached, so ``predicted_us`` grows with the work. The fastest predicted
-candidate answers; if no candidate has a prediction, the answer is ``torch_softmax`` (rule
-``outside-measured``). Examples (H100 fp32 table, N measured 1024..262144, M up to 16384):
+table's copy kernel reached, so ``predicted_us`` grows with the work. Which candidate answers: past
+the N edge, the fastest predicted; past the M edge only, the table rule's pick among the candidates
+with a prediction (its ranking at the edge row). If no candidate has a prediction, the answer is
+``torch_softmax`` (rule ``outside-measured``). Examples (H100 fp32 table, N measured 1024..262144, M up to 16384):
 (16384, 64) and (200000, 64) answer ``torch_softmax`` (N below every measured N); (200000, 4096)
-answers the candidate fastest at (16384, 4096) scaled by its measured M exponent (about 12x the
-time); (1, 1048576) answers among candidates admitting N = 2^20 whose time grew no faster than N
+answers the table rule's pick at (16384, 4096), its time scaled by its measured M exponent (about
+12x); (1, 1048576) answers among candidates admitting N = 2^20 whose time grew no faster than N
 from 151936 to 262144 on the measured rows.
 """
 from __future__ import annotations
@@ -70,16 +73,20 @@ def answer(table: DispatchTable, m: int, n: int, usable: Container[int] | None =
         # need not bracket the shape: flat in M where only a smaller row measured it)
         time = None if pick.exact else model.time(pick.candidate, m, n)
         return Answer(pick.candidate, time or pick.predicted_us, pick.exact, "table")
-    best: tuple[float, int] | None = None
-    for index in allowed:
-        time = model.time(index, m, n)
-        if time is not None and (best is None or time < best[0]):
-            best = (time, index)
-    if best is None:
+    times = {i: time for i in allowed if (time := model.time(i, m, n)) is not None}
+    # past the largest M only, the table rule ranks (at the edge row) the candidates the model
+    # vouches for: once every SM is busy the ranking holds; past the N edge the fastest prediction
+    # wins, since a row's length against each candidate's capacity reorders them (the scores that
+    # chose this: docs/DESIGN.md, "Outside the measured points")
+    pick = table.lookup(m, n, times) if times and model.n_lo <= n <= model.n_hi else None
+    if pick is not None:
+        return Answer(pick.candidate, times[pick.candidate], False, "model")
+    if not times:
         return Answer(None, None, False, "outside-measured",
                       f"({m}, {n}) is outside the {where}'s measured N {model.n_lo}..{model.n_hi}, "
                       f"M <= {model.m_hi}, and no candidate was seen to scale there")
-    return Answer(best[1], best[0], False, "model")
+    best = min(times, key=lambda i: (times[i], i))
+    return Answer(best, times[best], False, "model")
 
 
 def scaled(series: Sequence[tuple[int, float]], x: int) -> float | None:
@@ -96,9 +103,12 @@ def scaled(series: Sequence[tuple[int, float]], x: int) -> float | None:
         (lo, t_lo), (hi, t_hi) = series[upper - 1], series[upper]
         weight = math.log(x / lo) / math.log(hi / lo)
         return math.exp((1 - weight) * math.log(t_lo) + weight * math.log(t_hi))
-    if len(series) < 2:
-        return None
-    (x1, t1), (x2, t2) = series[-2], series[-1]
+    x2, t2 = series[-1]
+    if len(series) < 2:  # one size measured: no exponent, so the work's (time in proportion)
+        return t2 * x / x2
+    # the exponent over at least a factor of 2 where measured: between 131072 and 151936, 5 % of
+    # timing noise would move it by 0.3
+    x1, t1 = next((pair for pair in reversed(series[:-1]) if pair[0] * 2 <= x2), series[-2])
     exponent = math.log(t2 / t1) / math.log(x2 / x1)
     if exponent > SCALE_LIMIT:
         return None
