@@ -155,7 +155,7 @@ class TableStore:
             return KernelChoice(FALLBACK_VARIANT, (), None, gpu_key, dtype, "fallback", False,
                                 f"no {dtype}/{method} dispatch table for GPU {gpu_key!r} and {known}")
         donor = donors[0]
-        reason = (f"no {dtype}/{method} dispatch table for GPU {gpu_key!r}; answered from {donor!r}'s "
+        reason = (f"no {dtype}/{method} dispatch table for GPU {gpu_key!r}; answered from the {donor} table "
                   f"(sm_{gpu_spec(donor).compute_capability} <= sm_{spec.compute_capability}) with the kernels "
                   f"{gpu_key!r} runs")
         warnings.warn(reason, RuntimeWarning, stacklevel=4)
