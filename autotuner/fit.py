@@ -85,8 +85,10 @@ def select_observations(rows: Sequence[tuple[Any, Any, Any]], current_hash: Call
 def build_document(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
                    *, gpu: str, gpu_name: str, dtype: str, timing_method: str, rule: str = DEFAULT_RULE,
                    copy_times: dict[tuple[int, int], float] | None = None, prune_margin: float = DEFAULT_PRUNE_MARGIN,
-                   source_runs: Sequence[int] = (), environment: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The table document for these observations (see ``autotuner/table.py``), pruned."""
+                   source_runs: Sequence[int] = (), environment: dict[str, Any] | None = None,
+                   requirements: Callable[[str, dict[str, Any]], dict[str, int]] | None = None) -> dict[str, Any]:
+    """The table document for these observations (see ``autotuner/table.py``), pruned; each
+    candidate carries ``requirements(variant, config)`` (what a GPU needs to run it) when given."""
     candidate_keys = sorted({(o.variant, o.config_key) for o in observations})
     configs = {(o.variant, o.config_key): o.config for o in observations}
     shapes = sorted({(o.m, o.n) for o in observations})
@@ -100,7 +102,8 @@ def build_document(observations: Sequence[Observation], constraints: Callable[[s
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "source_runs": list(source_runs), "environment": environment or {},
         "candidates": [
-            {"variant": v, "config_key": k, "config": configs[(v, k)], "constraints": constraints(v, configs[(v, k)])}
+            {"variant": v, "config_key": k, "config": configs[(v, k)], "constraints": constraints(v, configs[(v, k)]),
+             **({"requires": requirements(v, configs[(v, k)])} if requirements else {})}
             for v, k in kept
         ],
         "points": [
@@ -227,6 +230,7 @@ class FitInputs:
     runs: list[int]
     environment_id: int | None
     constraints: Callable[[str, dict[str, Any]], dict[str, int]]  # (variant, config) -> its limits on this dtype
+    requirements: Callable[[str, dict[str, Any]], dict[str, int]]  # (variant, config) -> what a GPU needs to run it
 
 
 def fit_inputs(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
@@ -253,6 +257,9 @@ def fit_inputs(session: Session, gpu_key: str, dtype: str, timing_method: str = 
             constraints_seen[key] = dict(get_variant(name).constraints(KernelConfig.from_dict(config), dtype))
         return constraints_seen[key]
 
+    def requirements(name: str, config: dict[str, Any]) -> dict[str, int]:
+        return dict(get_variant(name).requirements(KernelConfig.from_dict(config), dtype))
+
     gpu = queries.gpu_by_key(session, gpu_key)
     if gpu is None:
         known = ", ".join(g.key for g in queries.list_gpus(session)) or "none"
@@ -271,7 +278,7 @@ def fit_inputs(session: Session, gpu_key: str, dtype: str, timing_method: str = 
     observations, banned, runs = select_observations(rows, current_hash, any_source, include)
     if not observations:
         raise FitError(f"no verified measurements of {gpu_key}/{dtype} with timing method {timing_method!r}")
-    return FitInputs(gpu, observations, banned, runs, environment_id, constraints)
+    return FitInputs(gpu, observations, banned, runs, environment_id, constraints, requirements)
 
 
 def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
@@ -286,7 +293,7 @@ def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "
     document = build_document(observations, constraints, gpu=gpu_key, gpu_name=inputs.gpu.name, dtype=dtype,
                               timing_method=timing_method, rule=rule, copy_times=copies,
                               prune_margin=prune_margin, source_runs=runs,
-                              environment={"id": inputs.environment_id})
+                              environment={"id": inputs.environment_id}, requirements=inputs.requirements)
     document["regret"] = leave_one_out_regret(observations, constraints, rule=rule, prune_margin=prune_margin)
     document["excluded_failing"] = sorted(f"{v}[{k}]" for v, k in inputs.banned)
     if save:

@@ -17,23 +17,6 @@ _VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b", re.IGNORECASE)
 _MODEL = re.compile(r"\b((?:gh|gb|rtx|gtx)?\s?[a-z]{0,2}\d{2,4}[a-z]{0,2})\b", re.IGNORECASE)
 _KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 
-# Where a GPU model has no table, the lookup tries these models' tables next (closest first).
-NEAREST_MODELS: dict[str, tuple[str, ...]] = {
-    "h200": ("h100", "gh200"),
-    "h100": ("h200", "gh200", "h100-pcie"),
-    "gh200": ("h200", "h100"),
-    "h100-pcie": ("h100", "h200"),
-    "h100-nvl": ("h100", "h200"),
-    "h800": ("h100", "h200"),
-    "h20": ("h100", "h200"),
-    "a100": ("a100-pcie", "a800", "h100"),
-    "a100-pcie": ("a100", "a800"),
-    "a800": ("a100",),
-    "l40s": ("l40", "a100"),
-    "b200": ("h200", "h100"),
-}
-
-
 class GpuMismatchError(RuntimeError):
     """The GPU asked for is not the GPU found."""
 

@@ -4,9 +4,14 @@ Imports neither torch nor CuPy. Tables come from the package's shipped JSON (``a
 and, where a tuning database exists, its current fitted tables, which take precedence. Answers are
 cached per (m, n, dtype, gpu, method): a warm lookup is one dict probe.
 
-Fallbacks, in order: the GPU's own table; the nearest GPU model's table (``gpu.NEAREST_MODELS``,
-then any table of that dtype) with a warning; the rule ``torch_softmax`` for any shape, which is
-correct everywhere torch runs.
+Which table answers: the GPU's own table, and only it, where it has one. A GPU without a table is
+answered, with a warning, from the table of the nearest model of the same or an older architecture
+(``gpu_models.donor_order``), offering only the kernels this GPU runs (``gpu_models.runs_on``); a
+GPU without a table and without such a model (or of a model ``gpu_models`` does not list) gets
+``torch_softmax``, which is correct everywhere torch runs. Within a table, ``predict.answer``
+decides: the table's rule inside its measured points (``source`` "table"), a per-candidate scaling
+model outside them ("model"), ``torch_softmax`` where nothing measured vouches for a candidate or
+no candidate admits the shape ("fallback"). ``reason`` says which fallback, in words.
 """
 from __future__ import annotations
 
@@ -14,12 +19,14 @@ import json
 import logging
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from autotuner.gpu import NEAREST_MODELS, current_gpu_key, validate_gpu_key
+from autotuner import predict
+from autotuner.gpu import current_gpu_key, validate_gpu_key
+from autotuner.gpu_models import donor_order, gpu_spec, runnable_candidates
 from autotuner.table import DispatchTable, TableFormatError
 from kernels.base import DTYPE_ALIASES, normalize_dtype
 
@@ -61,8 +68,9 @@ class KernelChoice:
     predicted_us: float | None
     gpu: str
     dtype: str
-    source: str  # "table" | "nearest-gpu:<key>" | "fallback"
+    source: str  # "table" | "model" | "nearest-gpu:<key>" | "nearest-gpu:<key>/model" | "fallback"
     exact: bool = False  # the shape itself was measured
+    reason: str = ""  # for "fallback" and "nearest-gpu:*": why, in words
 
     @property
     def config(self) -> dict[str, Any]:
@@ -76,7 +84,7 @@ class KernelChoice:
         return {
             "variant": self.variant, "config": self.config, "config_key": self.config_key,
             "predicted_us": self.predicted_us, "gpu": self.gpu, "dtype": self.dtype,
-            "source": self.source, "exact": self.exact,
+            "source": self.source, "exact": self.exact, "reason": self.reason,
         }
 
 
@@ -86,6 +94,7 @@ class TableStore:
     def __init__(self, tables: Iterable[DispatchTable] = ()):
         self._tables: dict[tuple[str, str, str], DispatchTable] = {}
         self._cache: dict[tuple[int, int, str, str, str], KernelChoice] = {}
+        self._runnable: dict[tuple[tuple[str, str, str], str], frozenset[int] | None] = {}
         self._lock = threading.Lock()
         for table in tables:
             self.add(table)
@@ -94,12 +103,14 @@ class TableStore:
         with self._lock:
             self._tables[table.key] = table
             self._cache.clear()
+            self._runnable.clear()
 
     def replace_all(self, tables: Iterable[DispatchTable]) -> None:
         fresh = {t.key: t for t in tables}
         with self._lock:
             self._tables = fresh
             self._cache.clear()
+            self._runnable.clear()
 
     def gpus(self) -> list[str]:
         return sorted({key[0] for key in self._tables})
@@ -131,30 +142,42 @@ class TableStore:
         dtype = DTYPE_ALIASES.get(dtype_name) if type(dtype_name) is str else None
         dtype = dtype or normalize_dtype(dtype_name)
         gpu_key = _gpu_key(gpu) if gpu else (current_gpu_key() or "unknown")
-        choice = self._from_table(gpu_key, gpu_key, m, n, dtype, method, "table")
-        if choice is not None:
-            return choice
+        own = self.get(gpu_key, dtype, method)
+        if own is not None:  # never another GPU's table where this GPU has its own
+            return self._answer(own, gpu_key, m, n, "table")
         if not allow_fallback:
             raise UnknownGpuError(gpu_key, self.gpus())
-        others = [*NEAREST_MODELS.get(gpu_key, ()), *(g for g in self.gpus() if g != gpu_key)]
-        for other in others:  # the fallback order is built only when the GPU's own table has no answer
-            choice = self._from_table(other, gpu_key, m, n, dtype, method, f"nearest-gpu:{other}")
-            if choice is not None:
-                warnings.warn(f"no {dtype}/{method} dispatch table for GPU {gpu_key!r}; using {other!r}'s",
-                              RuntimeWarning, stacklevel=4)
-                return choice
-        return KernelChoice(FALLBACK_VARIANT, (), None, gpu_key, dtype, "fallback", False)
+        spec = gpu_spec(gpu_key)
+        donors = donor_order(spec, [g for g in self.gpus() if self.get(g, dtype, method)]) if spec else []
+        if not donors:
+            known = "its architecture is not listed in autotuner/gpu_models.py" if spec is None else \
+                f"no table of a model of sm_{spec.compute_capability} or older"
+            return KernelChoice(FALLBACK_VARIANT, (), None, gpu_key, dtype, "fallback", False,
+                                f"no {dtype}/{method} dispatch table for GPU {gpu_key!r} and {known}")
+        donor = donors[0]
+        reason = (f"no {dtype}/{method} dispatch table for GPU {gpu_key!r}; answered from the {donor} table "
+                  f"(sm_{gpu_spec(donor).compute_capability} <= sm_{spec.compute_capability}) with the kernels "
+                  f"{gpu_key!r} runs")
+        warnings.warn(reason, RuntimeWarning, stacklevel=4)
+        choice = self._answer(self.get(donor, dtype, method), gpu_key, m, n, f"nearest-gpu:{donor}")
+        return choice if choice.source == "fallback" else replace(choice, reason=reason)
 
-    def _from_table(self, table_gpu: str, gpu_key: str, m: int, n: int, dtype: str, method: str,
-                    source: str) -> KernelChoice | None:
-        """``table_gpu``'s table's answer for (m, n), or None where it has no table or no answer."""
-        table = self.get(table_gpu, dtype, method)
-        pick = table.lookup(m, n) if table is not None else None
-        if pick is None:
-            return None
-        entry = table.candidates[pick.candidate]
-        return KernelChoice(entry["variant"], tuple(entry["config"].items()), pick.predicted_us,
-                            gpu_key, dtype, source, pick.exact)
+    def _answer(self, table: DispatchTable, gpu_key: str, m: int, n: int, source: str) -> KernelChoice:
+        """``table``'s answer for (m, n) on ``gpu_key``, among the candidates that GPU runs."""
+        runnable_key = (table.key, gpu_key)
+        if runnable_key not in self._runnable:
+            spec = gpu_spec(gpu_key)
+            # a GPU not listed in gpu_models runs what its own table holds (it was measured there)
+            self._runnable[runnable_key] = runnable_candidates(table.candidates, table.gpu, spec) if spec else None
+        result = predict.answer(table, m, n, self._runnable[runnable_key])
+        if result.candidate is None:
+            return KernelChoice(FALLBACK_VARIANT, (), result.predicted_us, gpu_key, table.dtype, "fallback", False,
+                                result.reason)
+        if result.rule == "model":
+            source = "model" if source == "table" else f"{source}/model"
+        entry = table.candidates[result.candidate]
+        return KernelChoice(entry["variant"], tuple(entry["config"].items()), result.predicted_us,
+                            gpu_key, table.dtype, source, result.exact)
 
 
 def shipped_table_files() -> list[Path]:

@@ -5,13 +5,15 @@ A table is versioned JSON, one per (GPU model, dtype, timing method)::
     {"format_version": 1, "gpu": "h100", "gpu_name": "...", "dtype": "bf16", "timing_method": "cold",
      "rule": "local-regret-clamped",
      "candidates": [{"variant": "cuda_block_online", "config": {"block": 256, ...},
-                     "config_key": "block=256,...", "constraints": {"n_max": 8192}}, ...],
+                     "config_key": "block=256,...", "constraints": {"n_max": 8192},
+                     "requires": {"min_arch": 80}}, ...],
      "points": [{"m": 1, "n": 1024, "copy_us": 3.6, "times": [4.1, null, ...]}, ...],
      "regret": {"geomean": 1.01, "p95": 1.04, "max": 1.09, "method": "leave-one-out"},
      "created_at": "...", "source_runs": [3], "environment": {...}}
 
 ``times[i]`` is candidate i's median time in µs at that point (null: not measured, unsupported or
-failed). Lookup rules:
+failed). ``requires`` (tables fitted from 2026-11-25 on) is what a GPU needs to run the candidate
+(``autotuner/gpu_models.py``); ``autotuner/predict.py`` answers outside the measured points. Lookup rules:
 
 - ``nearest-log``: the measured point nearest in (log2 M, log2 N); among candidates whose constraints
   admit the *exact* shape, the fastest there; if none there, the next nearest point.
@@ -61,7 +63,7 @@ import bisect
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Container, Iterable, Mapping, Sequence
 
 FORMAT_VERSION = 1
 RULES = ("nearest-log", "interp-log", "local-regret", "local-regret-clamped")
@@ -141,9 +143,10 @@ class DispatchTable:
         return [i for i, (n_min, n_max, multiple, m_min, m_max) in enumerate(self._limits)
                 if n_min <= n <= n_max and not n % multiple and m_min <= m <= m_max]
 
-    def lookup(self, m: int, n: int) -> Pick | None:
-        """The candidate this table chooses for (m, n), or None if no admissible candidate has data."""
-        allowed = self.admissible(m, n)
+    def lookup(self, m: int, n: int, usable: Container[int] | None = None) -> Pick | None:
+        """The candidate this table chooses for (m, n) among ``usable`` (default: all), or None if no
+        admissible candidate has data."""
+        allowed = [i for i in self.admissible(m, n) if usable is None or i in usable]
         if not allowed:
             return None
         point = self._exact.get((m, n))

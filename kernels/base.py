@@ -13,6 +13,9 @@ Contracts, for every variant:
 - ``launch`` enqueues on torch's current CUDA stream and never synchronises, never allocates per call
   (workspaces are allocated once by ``build`` or grown and cached by the variant).
 - ``supports`` is cheap and never compiles: it is how the sweep skips candidates before building.
+- ``min_arch`` (compute capability x 10) is the oldest architecture the variant runs on, and
+  ``requirements`` states it with the config's shared-memory and cluster needs as plain data, so
+  that a dispatch table offers a kernel only to GPUs that can run it (``autotuner/gpu_models.py``).
 """
 from __future__ import annotations
 
@@ -29,6 +32,15 @@ DTYPE_ALIASES: Mapping[str, str] = {
     "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
     "bf16": "bf16", "bfloat16": "bf16",
 }
+
+
+# The oldest compute capability (x 10) each backend's variants run on, unless a variant says
+# otherwise (``Variant.min_arch``). CUDA: every variant's instances compile with nvcc for sm_80
+# (tests/kernels/test_cuda_compile.py), and bf16 arithmetic and cp.async need sm_80. Triton: sm_80
+# is the oldest its releases support. CuTe DSL and QuACK: measured on Hopper only, and QuACK uses
+# clusters. torch.softmax: every architecture torch's CUDA wheels are built for (sm_50 up).
+MIN_ARCH_BY_BACKEND: Mapping[str, int] = {"torch": 50, "cuda": 80, "triton": 80, "cute": 90, "external": 90}
+DEFAULT_MIN_ARCH = 90  # a backend not listed above: the architecture everything was measured on
 
 
 def normalize_dtype(name: str) -> str:
@@ -163,6 +175,19 @@ class Variant(ABC):
     backend: ClassVar[str]  # "cuda" | "triton" | "torch" | "cute" | "external"
     dtypes: ClassVar[tuple[str, ...]] = DTYPES
     description: ClassVar[str] = ""
+    min_arch: ClassVar[int]  # compute capability x 10; set from MIN_ARCH_BY_BACKEND unless declared
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        backend = getattr(cls, "backend", None)
+        if not hasattr(cls, "min_arch") and isinstance(backend, str):
+            cls.min_arch = MIN_ARCH_BY_BACKEND.get(backend, DEFAULT_MIN_ARCH)
+
+    def requirements(self, config: KernelConfig, dtype: str) -> dict[str, int]:
+        """What a GPU needs to run one config, as plain data for the dispatch table: ``min_arch``
+        always; ``smem_per_block`` (bytes of shared memory one block may ask for, at the config's
+        longest row) and ``cluster`` (blocks per thread-block cluster) where the config needs them."""
+        return {"min_arch": int(self.min_arch)}
 
     def available(self) -> Support:
         """Can this variant run on this machine at all (GPU present, package importable)?"""

@@ -122,6 +122,7 @@ _LIGER_SIGNATURE = ["Y_ptr", "Y_row_stride", "X_ptr", "X_row_stride", "n_cols", 
 class LigerSoftmax(ExternalVariant):
     name = "liger_softmax"
     distribution = "liger-kernel"
+    min_arch = 80  # Triton's oldest supported architecture; QuACK (the backend default, 90) needs clusters
     description = "Liger-Kernel Triton softmax forward (one program per row; tiled past 64K where it has it)"
 
     def available(self) -> Support:

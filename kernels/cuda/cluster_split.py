@@ -24,6 +24,7 @@ from kernels.cuda.loader import CUDA_TYPE
 from kernels.cuda.two_pass import MAX_GRID_X, VECTOR_BYTES, vector_width
 
 PORTABLE_CLUSTER = 8
+STATIC_SMEM_RESERVE = 1024  # the reductions' static scratch, rounded up (for ``requirements``)
 CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # cuda.h, CUDA 12 and 13
 
 
@@ -121,6 +122,13 @@ class ClusterSplitCuda(CudaVariant):
         regs_only = row_capacity(cluster, block, packs, 0, dtype)
         n_min = regs_only + 1 if smem_kb else cap // 4
         return {"n_min": n_min, "n_max": cap, "m_max": MAX_GRID_X // cluster}
+
+    def requirements(self, config: KernelConfig, dtype: str) -> dict[str, int]:
+        cluster, block, packs, smem_kb = self._shape(config)
+        needs = {"min_arch": self.min_arch, "cluster": cluster}
+        if smem_kb:  # the dynamic share at the config's longest row, beside the static scratch
+            needs["smem_per_block"] = smem_kb * 1024 + STATIC_SMEM_RESERVE
+        return needs
 
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         return (

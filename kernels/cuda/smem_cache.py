@@ -61,6 +61,11 @@ class _SmemCacheCuda(CudaVariant):
             "m_max": MAX_GRID_X,
         }
 
+    def requirements(self, config: KernelConfig, dtype: str) -> dict[str, int]:
+        block, regs = int(config["block"]), int(config["regs"])
+        n_max = capacity(block, regs, self.smem_budget(), dtype)
+        return {"min_arch": self.min_arch, "smem_per_block": cache_bytes(block, regs, n_max, dtype) + STATIC_RESERVE}
+
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         return f"softmax_smem_cache<{CUDA_TYPE[dtype]}, {config['block']}, {config['regs']}>"
 

@@ -24,7 +24,8 @@ from tests.autotuner.fakes import ReplayMeasurer
 
 DATA = sorted((Path(__file__).parents[1] / "data").glob("*_sweep.json.gz"))
 pytestmark = pytest.mark.skipif(not DATA, reason="no recorded sweep under tests/data")
-UNMEASURED = [(3, 5000), (77, 50000), (2000, 100000), (6000, 1000), (1, 200000), (500, 12345)]
+UNMEASURED = [(3, 5000), (77, 50000), (2000, 100000), (6000, 1500), (1, 200000), (500, 12345)]
+BELOW_MEASURED_N = [(6000, 1000), (16384, 64)]  # shorter rows than any measured: torch_softmax
 
 
 @pytest.fixture(scope="module", params=DATA, ids=lambda path: path.name.split("_")[0])
@@ -67,6 +68,9 @@ def test_tables_choose_runnable_kernels_for_shapes_never_measured(fitted, record
             assert choice.source == "table" and choice.predicted_us and choice.predicted_us > 0
             variant = get_variant(choice.variant)
             assert variant.supports(m, n, dtype, KernelConfig.from_dict(choice.config)), (choice, m, n)
+        for m, n in BELOW_MEASURED_N:
+            choice = store.select(m, n, dtype, gpu, allow_fallback=False)
+            assert (choice.variant, choice.source) == ("torch_softmax", "fallback") and "outside" in choice.reason
 
 
 def test_local_regret_beats_interpolated_times_out_of_sample(recorded):
