@@ -59,6 +59,8 @@ def estimate_seconds(items: Iterable) -> float:  # noqa: ANN001 - WorkItem-like:
     return sum(item_seconds(item.m, item.n, item.dtype) for item in items)
 
 
-def describe_estimate(seconds: float, items: int) -> str:
-    return (f"estimated {seconds / 60:.1f} min for {items} items on one H100 "
+def describe_estimate(seconds: float, items: int, gpus: int = 1) -> str:
+    """``seconds`` is the one-H100 estimate; ``gpus`` share the items."""
+    where = "one H100" if gpus == 1 else f"{gpus} H100s"
+    return (f"estimated {seconds / gpus / 60:.1f} min for {items} items on {where} "
             f"(an estimate from the recorded H100 sweep's per-item times, not a measurement)")

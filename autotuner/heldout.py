@@ -34,10 +34,6 @@ HELD_OUT_SETS: dict[str, tuple[Pair, ...]] = {
 HELD_OUT_SETS["domain"] = tuple(dict.fromkeys(pair for name in list(HELD_OUT_SETS) for pair in HELD_OUT_SETS[name]))
 
 
-def set_names() -> list[str]:
-    return list(HELD_OUT_SETS)
-
-
 def held_out_shapes(name: str, dtypes: tuple[str, ...] | list[str] = DTYPES) -> list[tuple[int, int, str]]:
     """The (M, N, dtype) of a named set, dtype-major; a clear error for an unknown name."""
     key = name.strip().lower()

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol, Sequence
 
 from autotuner import domain
-from autotuner.sweep import Candidate, Runner, Shape, Sweep, SweepSummary
+from autotuner.sweep import Candidate, ProgressCallback, Runner, Shape, Sweep, SweepSummary
 
 Observations = Mapping[Shape, Mapping[str, float]]  # shape -> candidate label -> best ok median (µs)
 ErrorFunction = Callable[[Shape, Mapping[str, float], Shape, Mapping[str, float]], float]
@@ -104,9 +104,9 @@ def midpoint(low: int, high: int) -> int | None:
 
 @dataclass
 class DomainStrategy:
-    """Coarse lattice first, then midpoints of disagreeing neighbours. ``avoid`` holds shapes never to
-    propose (the held-out sets: their rows must stay out of the fit); a midpoint that is one of them moves
-    up by one."""
+    """Coarse lattice first, then midpoints of disagreeing neighbours, for at most ``max_rounds`` rounds.
+    ``avoid`` holds shapes never to propose (the held-out sets: their rows must stay out of the fit); a
+    midpoint that is one of them moves up by one."""
 
     coarse: Sequence[Shape] = field(default_factory=domain.coarse_shapes)
     error: ErrorFunction = winner_regret
@@ -194,7 +194,7 @@ def observations(sweep: Sweep) -> dict[Shape, dict[str, float]]:
 
 
 def run_strategy(sweep: Sweep, runners: Runner | Sequence[Runner], strategy: Strategy,
-                 plan_items: Callable[[list[Shape]], list], *, progress=None,  # noqa: ANN001 - SweepProgress-like
+                 plan_items: Callable[[list[Shape]], list], *, progress: ProgressCallback | None = None,
                  budget_s: float | None = None, should_stop: Callable[[], bool] | None = None,
                  on_round: Callable[[int, list], None] | None = None) -> list[SweepSummary]:
     """Ask ``strategy`` for shapes, measure them with ``sweep``, until it asks none or the budget (wall
