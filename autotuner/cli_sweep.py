@@ -27,6 +27,7 @@ REAL_MEASURER = "autotuner.measure:Measurer"
 FAKE_GPU_ENV = "AUTOTUNER_FAKE_GPU"
 L2_MODES = ("cold", "warm")
 TIMINGS = ("events", "graph")
+GRIDS = ("domain", "classic")
 
 
 def resolve_method(method: str | None, l2: str | None, timing: str | None) -> str:
@@ -104,6 +105,18 @@ def resolve_gpus(gpu: str, devices: list[int], fake: tuple[str, int] | None):  #
     return found[0]
 
 
+def choose_grid(grid: str | None, m: str | None, n: str | None) -> str:
+    """``--grid`` domain (default) or classic; --m/--n list the classic grid's axes, so they imply it."""
+    if grid is None:
+        return "classic" if m or n else "domain"
+    kind = grid.strip().lower()
+    if kind not in GRIDS:
+        raise UserError(f"--grid {grid!r} is not one of {', '.join(GRIDS)}", code=2)
+    if kind == "domain" and (m or n):
+        raise UserError("--m/--n set the classic grid's axes; the domain grid chooses its own (drop --m/--n or use --grid classic)", code=2)
+    return kind
+
+
 def visible_device_count() -> int:
     import torch
 
@@ -115,7 +128,8 @@ def visible_device_count() -> int:
 def sweep(
     gpu: Annotated[str, typer.Option(help="GPU model to tune (h100, h200, a100, ...) or 'auto'; must match the devices.")] = "auto",
     db: DbOption = None,
-    m: Annotated[Optional[str], typer.Option("--m", help="Comma list of M (rows), e.g. 1,32,4096. Default: the documented grid.")] = None,
+    grid: Annotated[Optional[str], typer.Option("--grid", help="domain: coarse lattice over the whole shape domain, then refinement where neighbouring winners disagree (default; stops at --budget, 25m unless given). classic: the fixed grid (implied by --m/--n).")] = None,
+    m: Annotated[Optional[str], typer.Option("--m", help="Comma list of M (rows), e.g. 1,32,4096, for the classic grid. Default: the documented grid.")] = None,
     n: Annotated[Optional[str], typer.Option("--n", help="Comma list of N (row length), e.g. 1024,32000,50257.")] = None,
     dtype: Annotated[str, typer.Option(help="Comma list of fp32, fp16, bf16 (aliases accepted), or 'all'.")] = "all",
     variant: Annotated[Optional[list[str]], typer.Option("--variant", help="Only these variants (repeatable).")] = None,
@@ -140,15 +154,19 @@ def sweep(
     from autotuner.env import collect_environment
     from autotuner.parallel import open_shared_database
     from autotuner.progress import SweepProgress
+    from autotuner.domain import COARSE_M, COARSE_N, DEFAULT_DOMAIN_BUDGET_S, coarse_shapes, describe_estimate, estimate_seconds
+    from autotuner.heldout import all_held_out_shapes
+    from autotuner.strategy import DomainStrategy, FixedGrid, every_candidate, run_strategy
     from autotuner.sweep import Sweep, plan, usable_variants
     from autotuner.worker import WorkerRunner, resolve_hook
     from kernels import all_variants
 
     timing_method = resolve_method(method, l2, timing)
+    kind = choose_grid(grid, m, n)
     ms = grids.parse_int_list(m, "--m") if m else list(grids.DEFAULT_M)
     ns = grids.parse_int_list(n, "--n") if n else list(grids.DEFAULT_N)
-    shapes = grids.shapes(ms, ns, grids.parse_dtypes(dtype))
-    budget_s = parse_duration(budget) if budget else None
+    dtypes = grids.parse_dtypes(dtype)
+    budget_s = parse_duration(budget) if budget else (DEFAULT_DOMAIN_BUDGET_S if kind == "domain" else None)
     if lease <= item_timeout:
         raise UserError(f"--lease {lease:g} must exceed --item-timeout {item_timeout:g}: a claim is renewed once per item", code=2)
     hooks = list(setup or [])
@@ -165,22 +183,43 @@ def sweep(
         console.print(f"[yellow]skipping[/yellow] {name}: {reason}", highlight=False)
     if not variants:
         raise UserError("no variant can run on this machine (see the reasons above)")
-    candidates, items = plan(variants, shapes)
+    if kind == "domain":
+        strategy = DomainStrategy(coarse=coarse_shapes(dtypes), avoid=all_held_out_shapes(dtypes))
+        candidates = every_candidate(variants)
+        described = {"strategy": "domain", "m": list(COARSE_M), "n": list(COARSE_N), "dtypes": sorted(dtypes)}
+    else:
+        strategy = FixedGrid(grids.shapes(ms, ns, dtypes))
+        candidates = plan(variants, strategy.shapes)[0]
+        described = {"m": ms, "n": ns, "dtypes": sorted(dtypes)}
     runner_sweep = Sweep(engine, gpu_info, collect_environment(), timing_method, candidates, command=" ".join(sys.argv),
-                         grid={"m": ms, "n": ns, "dtypes": sorted({s[2] for s in shapes})}, lease_s=lease,
-                         retime_spread=retime_unstable, recopy=recopy)
+                         grid=described, lease_s=lease, retime_spread=retime_unstable, recopy=recopy)
     console.print(f"sweep run {runner_sweep.run_id} on {gpu_info.name} ({gpu_info.key}), devices "
-                  f"{','.join(map(str, device_list))}: {len(shapes)} shapes, {len(candidates)} candidates, "
-                  f"{len(items)} items, method {timing_method}", highlight=False)
+                  f"{','.join(map(str, device_list))}: {kind} grid, {len(candidates)} candidates, method {timing_method}"
+                  + (f", budget {budget_s / 60:.1f} min" if budget_s else ""), highlight=False)
     with ExitStack() as stack:
         runners = [stack.enter_context(WorkerRunner(index, timing_method, item_timeout_s=item_timeout,
                                                     time_cap_s=time_cap, setup=hooks, measurer_factory=measurer))
                    for index in device_list]
-        progress = stack.enter_context(SweepProgress(console, len(items)))
-        summary = runner_sweep.run(runners, items, progress.update, budget_s=budget_s)
-    statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary.by_status.items())) or "nothing new"
-    console.print(f"run {summary.run_id}: measured {summary.measured} ({statuses}); "
-                  f"{summary.skipped_existing} already in the database; "
+        progress = stack.enter_context(SweepProgress(console, 0))
+
+        def announce(round_number: int, items: list) -> None:
+            shapes = len({item.shape_key for item in items})
+            what = "coarse lattice" if kind == "domain" and round_number == 0 else (
+                f"refinement round {round_number}" if kind == "domain" else "grid")
+            progress.console.print(f"{what}: {shapes} shapes, {len(items)} items; "
+                                   f"{describe_estimate(estimate_seconds(items), len(items), len(device_list))}",
+                                   highlight=False)
+            progress.grow(len(items))
+
+        summaries = run_strategy(runner_sweep, runners, strategy, lambda shapes: plan(variants, shapes)[1],
+                                 progress=progress.update, budget_s=budget_s, on_round=announce)
+    by_status: dict[str, int] = {}
+    for summary in summaries:
+        for key, count in summary.by_status.items():
+            by_status[key] = by_status.get(key, 0) + count
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(by_status.items())) or "nothing new"
+    console.print(f"run {runner_sweep.run_id}: measured {sum(s.measured for s in summaries)} ({statuses}); "
+                  f"{sum(s.skipped_existing for s in summaries)} already in the database; {len(summaries)} round(s); "
                   f"worker restarts {sum(r.restarts for r in runners)}", highlight=False)
 
 

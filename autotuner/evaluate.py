@@ -6,7 +6,7 @@ scored on them: regret = time of the candidate the table picks / best time measu
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from sqlalchemy.orm import Session
 
@@ -23,12 +23,16 @@ ODD_M_SET_M: tuple[int, ...] = (6, 24, 48, 100, 200, 300, 600)
 ODD_M_SET_N: tuple[int, ...] = (16384, 32000, 50257, 151936)
 
 
-def held_out_scores(session: Session, table: DispatchTable, run_ids: Sequence[int] | None = None) -> dict[str, Any]:
-    """Regret of ``table`` on every held-out shape measured for its GPU, dtype and method."""
+def held_out_scores(session: Session, table: DispatchTable, run_ids: Sequence[int] | None = None,
+                    only: Collection[tuple[int, int]] | None = None) -> dict[str, Any]:
+    """Regret of ``table`` on every held-out shape measured for its GPU, dtype and method (only the
+    (M, N) in ``only`` when given: one named set, ``autotuner.heldout``)."""
     rows = queries.measurements_for(session, table.gpu, table.dtype, table.timing_method, run_ids=run_ids)
     times: dict[tuple[int, int], dict[tuple[str, str], float]] = {}
     for measurement, candidate, run in rows:
         if (run.grid or {}).get("purpose") != HELD_OUT_PURPOSE or measurement.status != "ok":
+            continue
+        if only is not None and (measurement.m, measurement.n) not in only:
             continue
         shape = times.setdefault((measurement.m, measurement.n), {})
         shape.setdefault((candidate.variant, candidate.config_key), measurement.median_us)

@@ -24,6 +24,15 @@ class SweepProgress:
     def __exit__(self, *_exc: object) -> None:
         self._progress.stop()
 
+    @property
+    def console(self) -> Console:
+        return self._progress.console
+
+    def grow(self, items: int) -> None:
+        """More items to measure (a strategy's next round): the total and the ETA follow."""
+        total = self._progress.tasks[0].total or 0
+        self._progress.update(self._task, total=total + items)
+
     def update(self, item: WorkItem, result: dict[str, Any] | None) -> None:
         if result is None:
             self._progress.advance(self._task)

@@ -55,6 +55,7 @@ class SweepSummary:
     skipped_existing: int = 0
     measured: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
+    stopped: bool = False  # by the budget, ``should_stop`` or a failure, before every item was measured
 
     def count(self, status: str) -> None:
         self.by_status[status] = self.by_status.get(status, 0) + 1
@@ -234,11 +235,12 @@ class Sweep:
 
     def run(self, runners: Runner | Sequence[Runner], items: Sequence[WorkItem],
             progress: ProgressCallback | None = None, should_stop: Callable[[], bool] | None = None,
-            budget_s: float | None = None) -> SweepSummary:
+            budget_s: float | None = None, finish: bool = True) -> SweepSummary:
         """Measure every item not already in the database, committing each result. With several
         runners (one per GPU) each takes whole shape groups in its own thread. Items already done are
         reported to ``progress`` first. ``budget_s`` stops (status "interrupted") once that much wall
-        time is spent; groups go coarse to fine, so what was measured covers the grid."""
+        time is spent; groups go coarse to fine, so what was measured covers the grid. ``finish=False``
+        leaves the run "running" (a strategy's round: ``autotuner.strategy.run_strategy`` finishes it)."""
         runners = list(runners) if isinstance(runners, Sequence) else [runners]
         if not runners:
             raise ValueError("a sweep needs at least one runner")
@@ -261,8 +263,18 @@ class Sweep:
                          for slot, runner in enumerate(runners)], state.stop)
             status = "interrupted" if state.stop.is_set() else "finished"
         finally:
-            in_transaction(self.engine, lambda s: queries.finish_run(s, self.run_id, status), what="finishing the run")
+            summary.stopped = status == "interrupted"
+            if finish or summary.stopped:
+                self.finish(status)
         return summary
+
+    def finish(self, status: str) -> None:
+        in_transaction(self.engine, lambda s: queries.finish_run(s, self.run_id, status), what="finishing the run")
+
+    def measured(self) -> list[tuple]:
+        """Every row measured for this sweep's GPU, environment and method (``queries.measured_rows``)."""
+        return in_transaction(self.engine, lambda s: queries.measured_rows(
+            s, self.gpu_id, self.environment_id, self.timing_method), what="reading the measurements")
 
     def _drain(self, state: _RunState, runner: Runner, slot: int, groups: dict[Shape, list[WorkItem]]) -> None:
         """One runner's loop: take a group, measure what is left of it, mark it done; until none is left."""

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from autotuner.evaluate import ODD_M_SET_M
+from autotuner.evaluate import ODD_M_SET_M, ODD_M_SET_N
 from autotuner.exchange import import_runs
 from autotuner.fit import fit_table
 from autotuner.measure import WorkItem
@@ -187,3 +187,7 @@ def test_held_out_shapes_recorded_on_the_gpu_score_the_fitted_tables(recorded, f
         odd_m = [d["regret"] for d in scores["shapes_detail"] if d["m"] in ODD_M_SET_M]
         if odd_m:  # batch sizes off the grid: 1.008-1.011 geomean, max 1.07 recorded (2026-11-25)
             assert math.exp(sum(map(math.log, odd_m)) / len(odd_m)) < 1.03 and max(odd_m) < 1.15, (dtype, odd_m)
+            with Session(engine) as session:  # one set alone (evaluate --set): only its shapes are scored
+                only = held_out_scores(session, DispatchTable(document),
+                                       only={(m, n) for m in ODD_M_SET_M for n in ODD_M_SET_N})
+            assert only["shapes"] == len(odd_m) and {d["m"] for d in only["shapes_detail"]} <= set(ODD_M_SET_M)
