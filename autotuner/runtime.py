@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 import torch
 
-from autotuner.gpu import normalize_gpu_name
-from autotuner.select import select_kernel
+from autotuner.lookup.gpu import normalize_gpu_name
+from autotuner.lookup.select import select_kernel
 
 _builds: dict[tuple[str, str, str, int], Any] = {}
 # (device index, (m, n), torch dtype) -> plan(rows) -> out, for m > 0 and n > 0 on a CUDA device

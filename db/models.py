@@ -184,7 +184,7 @@ class WorkListEntry(Base):
     """One shape of a shared sweep work list: what several sweepers (threads, processes, hosts) claim so
     that no two measure the same shape at once. ``list_key`` names the list: sweepers share one when
     they tune the same GPU model, environment, timing method and kernel sources (see
-    ``autotuner/parallel.py``). A claim holds until ``lease_expires_at``; the holder renews it after
+    ``autotuner/tune/parallel.py``). A claim holds until ``lease_expires_at``; the holder renews it after
     every item, and anyone may take over an expired one (or, on the same host, one whose process died).
     Measurements stay the record of what was measured; this table only says who works on what."""
 

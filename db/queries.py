@@ -126,7 +126,7 @@ def same_setting(gpu_id: int, environment_id: int, timing_method: str) -> tuple:
 def measured_rows(session: Session, gpu_id: int, environment_id: int, timing_method: str) -> list[tuple]:
     """(candidate_id, m, n, dtype, status, median_us, p20_us, p80_us) of every row measured for this
     GPU, environment and method, in any run: what a rerun skips (failed rows included: a rerun does
-    not retry them), and what ``autotuner.retime`` reads to choose rows to measure again."""
+    not retry them), and what ``autotuner.tune.retime`` reads to choose rows to measure again."""
     statement = (
         select(Measurement.candidate_id, Measurement.m, Measurement.n, Measurement.dtype, Measurement.status,
                Measurement.median_us, Measurement.p20_us, Measurement.p80_us)

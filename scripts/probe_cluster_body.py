@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autotuner.measure import copy_reference
-from autotuner.timing import Timer
+from autotuner.tune.measure import copy_reference
+from autotuner.tune.timing import Timer
 from kernels import KernelConfig, get_variant
 from kernels.cuda import loader
 from kernels.cuda.cluster_split import PORTABLE_CLUSTER, allow_non_portable_cluster

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from autotuner.measure import copy_reference
-from autotuner.timing import Timer
+from autotuner.tune.measure import copy_reference
+from autotuner.tune.timing import Timer
 from kernels import get_variant
 from kernels.base import check_constraints
 from kernels.cuda import loader

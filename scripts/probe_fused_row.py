@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from autotuner.timing import Timer
+from autotuner.tune.timing import Timer
 from kernels.base import next_power_of_two
 from kernels.reference import check_softmax, random_input
 from kernels.triton_impl.fused_row import _fused_row_kernel
@@ -48,7 +48,7 @@ ROUNDS = 3
 
 
 def main() -> None:
-    from autotuner.benchrun import peer_launchers
+    from autotuner.report.benchrun import peer_launchers
 
     timer = Timer("cold", time_cap_s=0.3)
     sms = torch.cuda.get_device_properties(0).multi_processor_count

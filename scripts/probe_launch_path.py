@@ -51,9 +51,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotuner import runtime, select_kernel, softmax  # noqa: E402
-from autotuner.benchrun import peer_launchers  # noqa: E402
-from autotuner.measure import copy_reference  # noqa: E402
-from autotuner.timing import FLUSH_BYTES, HEAD_START_CYCLES, Timer  # noqa: E402
+from autotuner.report.benchrun import peer_launchers  # noqa: E402
+from autotuner.tune.measure import copy_reference  # noqa: E402
+from autotuner.tune.timing import FLUSH_BYTES, HEAD_START_CYCLES, Timer  # noqa: E402
 from kernels.base import next_power_of_two  # noqa: E402
 from kernels.reference import check_softmax, random_input  # noqa: E402
 from kernels.triton_impl.common import Launcher  # noqa: E402

@@ -20,8 +20,8 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autotuner.measure import copy_reference  # noqa: E402
-from autotuner.timing import Timer  # noqa: E402
+from autotuner.tune.measure import copy_reference  # noqa: E402
+from autotuner.tune.timing import Timer  # noqa: E402
 from kernels.reference import check_softmax, random_input  # noqa: E402
 from kernels.triton_impl.one_row import _one_row_kernel  # noqa: E402
 from kernels.triton_impl.tiles import LOG2E  # noqa: E402

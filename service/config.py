@@ -27,7 +27,7 @@ from typing import Optional
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from autotuner.gpu import validate_gpu_key
+from autotuner.lookup.gpu import validate_gpu_key
 from db.engine import resolve_database_url
 
 DIM_CEILING = 2**31 - 1

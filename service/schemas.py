@@ -1,6 +1,6 @@
 """Wire models of the HTTP API. Separate from the ORM tables (``db/models.py``): the database may grow
 columns without the API changing, and the reverse. The upload body is the exchange document of
-``autotuner/exchange.py``, shared with the CLI."""
+``autotuner/records/exchange.py``, shared with the CLI."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from autotuner.exchange import TIMING_METHODS, as_utc
+from autotuner.records.exchange import TIMING_METHODS, as_utc
 from service.config import DIM_CEILING
 from service.params import DTYPE_HELP, DtypeName
 
@@ -83,7 +83,7 @@ class GpuTables(BaseModel):
 
 
 class TableDocument(BaseModel):
-    """A dispatch table as ``autotuner/table.py`` defines it (more fields may be present)."""
+    """A dispatch table as ``autotuner/lookup/table.py`` defines it (more fields may be present)."""
 
     model_config = ConfigDict(extra="allow")
 

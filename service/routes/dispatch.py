@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from autotuner.select import FALLBACK_VARIANT, TableStore, UnknownGpuError
+from autotuner.lookup.select import FALLBACK_VARIANT, TableStore, UnknownGpuError
 from service.config import Settings
 from service.deps import SettingsDep, TableStoreDep
 from service.errors import ERROR_RESPONSES, ApiError, invalid

@@ -8,7 +8,7 @@ import json
 import random
 from pathlib import Path
 
-from autotuner.select import TableStore, load_shipped_tables
+from autotuner.lookup.select import TableStore, load_shipped_tables
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "shipped_picks.json.gz"
 SEED = 19

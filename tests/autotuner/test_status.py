@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from autotuner.cli import app
-from autotuner.status import database_status
+from autotuner.report.status import database_status
 from db import make_engine, queries, worklist
 
 HASHES = {"v_a": "h1", "v_b": "h2"}

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from autotuner.exchange import export_runs
+from autotuner.records.exchange import export_runs
 from db.engine import make_engine
 from db.models import Candidate, GpuModel, Measurement, SweepRun
 from service.app import create_app

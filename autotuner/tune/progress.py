@@ -6,7 +6,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from autotuner.measure import WorkItem
+from autotuner.tune.measure import WorkItem
 
 
 class SweepProgress:

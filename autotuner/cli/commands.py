@@ -1,94 +1,14 @@
-"""The ``autotuner`` command line. Each command is a thin function over library calls; every expected
-failure (bad flag value, wrong GPU, unusable database) is one red line and a non-zero exit, no traceback.
-"""
+"""The fit, select, report, kernels, tables and serve commands (registered on ``autotuner.cli.app.app``)."""
 from __future__ import annotations
 
 import json
-import logging
-from functools import wraps
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from autotuner.table import DEFAULT_RULE
-
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Find, store and serve the fastest correct softmax kernel per GPU and shape.")
-console = Console(stderr=True)
-out = Console()
-
-DbOption = Annotated[Optional[str], typer.Option("--db", help="Database URL or SQLite path (default: $AUTOTUNER_DB or ~/.local/share/softmax-autotuner/tuning.sqlite).")]
-DtypesOption = Annotated[str, typer.Option(help="Comma list of fp32, fp16, bf16 (aliases accepted), or 'all'.")]
-MethodOption = Annotated[str, typer.Option("--method", help="Timing method: cold (L2 flushed), warm, graph.")]
-
-
-class UserError(Exception):
-    """An error to show as one line, exit code 2 for bad arguments and 1 otherwise."""
-
-    def __init__(self, message: str, code: int = 1):
-        super().__init__(message)
-        self.code = code
-
-
-def friendly(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn the library's expected errors into a one-line message and an exit code."""
-    from autotuner.fit import FitError
-    from autotuner.gpu import GpuMismatchError, NoGpuError
-    from autotuner.table import TableFormatError
-    from pydantic import ValidationError
-
-    from db.engine import DatabaseError
-
-    @wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(*args, **kwargs)
-        except UserError as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(exc.code) from None
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'document'}: {e['msg']}" for e in exc.errors()[:3])
-            more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
-            console.print(f"[red]error:[/red] invalid document, {exc.error_count()} problem(s): {problems}{more}", highlight=False)
-            raise typer.Exit(1) from None
-        except (ValueError, KeyError) as exc:
-            console.print(f"[red]error:[/red] {exc.args[0] if exc.args else exc}", highlight=False)
-            raise typer.Exit(2) from None
-        except (DatabaseError, GpuMismatchError, NoGpuError, FitError, TableFormatError) as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False)
-            raise typer.Exit(1) from None
-
-    return wrapper
-
-
-def check_method(method: str) -> str:
-    from autotuner.timing import METHODS
-
-    if method not in METHODS:
-        raise UserError(f"--method {method!r} is not one of {', '.join(METHODS)}", code=2)
-    return method
-
-
-def parse_duration(text: str) -> float:
-    """``90s``, ``10m``, ``1.5h`` or plain seconds → seconds."""
-    units = {"s": 1, "m": 60, "h": 3600}
-    value = text.strip().lower()
-    scale = units.get(value[-1:], None)
-    number = value[:-1] if scale else value
-    try:
-        seconds = float(number) * (scale or 1)
-    except ValueError:
-        raise UserError(f"--budget {text!r} is not a duration (expected e.g. 90s, 10m, 1h)", code=2) from None
-    if seconds <= 0:
-        raise UserError(f"--budget {text!r} must be positive", code=2)
-    return seconds
-
-
-@app.callback()
-def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log details to stderr.")] = False) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, console, friendly, out
+from autotuner.lookup.table import DEFAULT_RULE
 
 
 @app.command()
@@ -107,10 +27,10 @@ def fit(
 
     from sqlalchemy.orm import Session
 
-    from autotuner.fit import FitError, fit_table
-    from autotuner.grid import parse_dtypes
-    from autotuner.gpu import validate_gpu_key
-    from autotuner.table import RULES
+    from autotuner.fit.fit import FitError, fit_table
+    from autotuner.tune.grid import parse_dtypes
+    from autotuner.lookup.gpu import validate_gpu_key
+    from autotuner.lookup.table import RULES
     from db.engine import make_engine
 
     check_method(method)
@@ -150,7 +70,7 @@ def select_command(
     method: MethodOption = "cold",
 ) -> None:
     """Print the kernel the dispatch tables choose for one shape, as JSON."""
-    from autotuner.select import select_kernel
+    from autotuner.lookup.select import select_kernel
 
     check_method(method)
     out.print_json(json.dumps(select_kernel(m, n, dtype, gpu=gpu, timing_method=method).as_dict()))
@@ -170,9 +90,9 @@ def report(
 
     from sqlalchemy.orm import Session
 
-    from autotuner.bench import markdown, shape_reports, summary
-    from autotuner.grid import parse_dtypes
-    from autotuner.gpu import validate_gpu_key
+    from autotuner.report.bench import markdown, shape_reports, summary
+    from autotuner.tune.grid import parse_dtypes
+    from autotuner.lookup.gpu import validate_gpu_key
     from db.engine import make_engine
 
     check_method(method)
@@ -198,7 +118,7 @@ def report(
 @app.command()
 def kernels(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False) -> None:
     """List every registered kernel variant, its seed, dtypes, configs and whether it runs here."""
-    from autotuner.catalog import describe_variants
+    from autotuner.report.catalog import describe_variants
 
     described = describe_variants()
     if as_json:
@@ -216,7 +136,7 @@ def kernels(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON l
 def tables(db: DbOption = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False) -> None:
     """List the shipped and fitted dispatch tables with their regret figures."""
-    from autotuner.reports import table_listing
+    from autotuner.report.reports import table_listing
 
     listing = table_listing(db)
     if as_json:
@@ -243,8 +163,3 @@ def serve(
 
     settings = Settings(database_url=db) if db else Settings()
     run(host, port, settings)
-
-
-from autotuner import cli_sweep  # noqa: E402,F401 - registers the sweep and status commands
-from autotuner import cli_evaluate  # noqa: E402,F401 - registers the evaluate and bench commands
-from autotuner import cli_exchange  # noqa: E402,F401 - registers export and import

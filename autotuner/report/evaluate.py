@@ -10,8 +10,8 @@ from typing import Any, Sequence
 
 from sqlalchemy.orm import Session
 
-from autotuner.fit import summarize_regret
-from autotuner.table import DispatchTable
+from autotuner.fit.fit import summarize_regret
+from autotuner.lookup.table import DispatchTable
 from db import queries
 
 HELD_OUT_M: tuple[int, ...] = (3, 77, 500, 2000, 6000)

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from autotuner.cli import DbOption, DtypesOption, MethodOption, UserError, app, check_method, console, friendly, out
+from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, console, friendly, out
 
 
 @app.command()
@@ -29,10 +29,10 @@ def evaluate(
 
     from sqlalchemy.orm import Session
 
-    from autotuner import grid as grids
-    from autotuner.evaluate import HELD_OUT_M, HELD_OUT_N, HELD_OUT_PURPOSE, held_out_scores
-    from autotuner.gpu import resolve_gpu, validate_gpu_key
-    from autotuner.store import tables_in_database
+    from autotuner.tune import grid as grids
+    from autotuner.report.evaluate import HELD_OUT_M, HELD_OUT_N, HELD_OUT_PURPOSE, held_out_scores
+    from autotuner.lookup.gpu import resolve_gpu, validate_gpu_key
+    from autotuner.records.store import tables_in_database
     from db.engine import make_engine
 
     check_method(method)
@@ -40,10 +40,10 @@ def evaluate(
     engine = make_engine(db)
     key = validate_gpu_key(gpu) if gpu != "auto" else None
     if sweep:
-        from autotuner.env import collect_environment
-        from autotuner.progress import SweepProgress
-        from autotuner.sweep import Sweep, plan, usable_variants
-        from autotuner.worker import WorkerRunner
+        from autotuner.tune.env import collect_environment
+        from autotuner.tune.progress import SweepProgress
+        from autotuner.tune.sweep import Sweep, plan, usable_variants
+        from autotuner.tune.worker import WorkerRunner
         from kernels import all_variants
 
         ms = grids.parse_int_list(m, "--m") if m else list(HELD_OUT_M)
@@ -89,10 +89,10 @@ def bench(
                                                "way, whatever its Python launch costs the host.")] = False,
 ) -> None:
     """Time the dispatched softmax against a copy of the same bytes, torch.softmax, QuACK and Liger."""
-    from autotuner import grid as grids
-    from autotuner.benchrun import bench_shapes, summarize, write_outputs
-    from autotuner.evaluate import HELD_OUT_M, HELD_OUT_N
-    from autotuner.gpu import detect_gpu
+    from autotuner.tune import grid as grids
+    from autotuner.report.benchrun import bench_shapes, summarize, write_outputs
+    from autotuner.report.evaluate import HELD_OUT_M, HELD_OUT_N
+    from autotuner.lookup.gpu import detect_gpu
 
     check_method(method)
     if graph_launch and method == "graph":

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from autotuner.timing import is_unstable
+from autotuner.tune.timing import is_unstable
 
 SLOWER_THAN_LARGER = 3.0
 

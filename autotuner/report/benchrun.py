@@ -1,7 +1,7 @@
 """``autotuner bench``: the dispatched ``softmax`` against a copy of the same bytes, ``torch.softmax``,
 and QuACK / Liger where importable, all timed the same way in one process (CUDA events, L2 flushed
 before each timed call, median; several rounds on fresh buffers, see ``bench_shapes``). The copy is
-the faster of torch's ``copy_`` and a plain vector copy (``autotuner.measure.copy_reference``). Runs
+the faster of torch's ``copy_`` and a plain vector copy (``autotuner.tune.measure.copy_reference``). Runs
 in-process: it measures the product, not candidates, so a faulting kernel here is a bug to fix, not a
 row to record.
 """
@@ -56,7 +56,7 @@ def _round(timer: Any, m: int, n: int, dtype: str, peers: dict[str, Callable[[An
     import torch
 
     from autotuner import softmax
-    from autotuner.measure import copy_reference
+    from autotuner.tune.measure import copy_reference
 
     x = random_input(m, n, dtype)
     out = torch.empty_like(x)
@@ -87,14 +87,14 @@ def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", p
     it is flattered by a slow copy. Fresh buffers each round because one placement of a pair of 128 MB
     buffers was seen to slow everything written there by 15 % (docs/BENCHMARKS.md, "The copy
     reference"); the median over placements is what a caller meets. ``graph_launch``: every timed call
-    is a CUDA-graph replay of it (``autotuner.timing.Timer``), so that no contender's GPU time depends
+    is a CUDA-graph replay of it (``autotuner.tune.timing.Timer``), so that no contender's GPU time depends
     on how fast its Python launch path submits it."""
     import statistics
 
     import torch
 
     from autotuner import select_kernel
-    from autotuner.timing import Timer
+    from autotuner.tune.timing import Timer
 
     timer = Timer(method, time_cap_s=0.3, graph_launch=graph_launch)
     rows = []

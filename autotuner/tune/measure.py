@@ -12,7 +12,7 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from autotuner.timing import Timing, is_unstable, spread
+from autotuner.tune.timing import Timing, is_unstable, spread
 from kernels import KernelConfig, get_variant
 from kernels.reference import POISON, CheckResult, check_softmax, edge_input, random_input
 
@@ -118,7 +118,7 @@ class Measurer:
     def __init__(self, method: str = "cold", time_cap_s: float = 0.5):
         import torch
 
-        from autotuner.timing import Timer
+        from autotuner.tune.timing import Timer
 
         self.torch = torch
         self.timer = Timer(method, time_cap_s=time_cap_s)

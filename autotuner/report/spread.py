@@ -3,7 +3,7 @@
 Sweep the same shapes twice into two database files (same GPU, same day; a second sweep into the
 same file would skip everything), then::
 
-    python -m autotuner.spread first.sqlite second.sqlite [--gpu h100] [--method cold]
+    python -m autotuner.report.spread first.sqlite second.sqlite [--gpu h100] [--method cold]
 
 Spread of a (candidate, shape) = |a - b| / min(a, b) of its two medians; the median spread over every
 pair timed in full in both sweeps is the noise floor. Per shape, the winners of the two sweeps must
@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from rich.console import Console
 from sqlalchemy.orm import Session
 
-from autotuner.measure import QUICK_REPS
+from autotuner.tune.measure import QUICK_REPS
 from db import make_engine, queries
 
 Key = tuple[str, str, int, int, str]  # variant, config_key, m, n, dtype
@@ -67,7 +67,7 @@ def compare(first: Mapping[Key, float], second: Mapping[Key, float]) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autotuner.spread", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m autotuner.report.spread", description=__doc__.splitlines()[0])
     parser.add_argument("first")
     parser.add_argument("second")
     parser.add_argument("--gpu", default=None, help="GPU model key (default: the only one in the first database)")

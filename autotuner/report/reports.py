@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autotuner.select import load_table_file, shipped_table_files
-from autotuner.table import DispatchTable, TableFormatError
+from autotuner.lookup.select import load_table_file, shipped_table_files
+from autotuner.lookup.table import DispatchTable, TableFormatError
 
 
 def describe_table(table: DispatchTable, origin: str) -> dict[str, Any]:
@@ -20,7 +20,7 @@ def describe_table(table: DispatchTable, origin: str) -> dict[str, Any]:
 
 def table_listing(db_url: str | None = None) -> list[dict[str, Any]]:
     """Shipped tables, then the database's current ones (the database is only read if it exists)."""
-    from autotuner.store import tables_in_database
+    from autotuner.records.store import tables_in_database
     from db.engine import missing_sqlite_file, resolve_database_url
 
     listing = []

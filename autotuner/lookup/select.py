@@ -17,10 +17,10 @@ import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from autotuner.gpu import NEAREST_MODELS, current_gpu_key, validate_gpu_key
-from autotuner.table import DispatchTable, TableFormatError
+from autotuner.lookup.gpu import NEAREST_MODELS, current_gpu_key, validate_gpu_key
+from autotuner.lookup.table import DispatchTable, TableFormatError
 from kernels.base import DTYPE_ALIASES, normalize_dtype
 
 log = logging.getLogger(__name__)
@@ -209,23 +209,18 @@ def reset_default_store() -> None:
     _default_store = None
 
 
+_table_sources: list[Callable[[], list[DispatchTable]]] = []
+
+
+def add_table_source(source: Callable[[], list[DispatchTable]]) -> None:
+    """Register a callable whose tables overlay the shipped ones in ``default_store`` (``autotuner``
+    registers the default tuning database's current tables; the lookup itself imports no ``db``)."""
+    _table_sources.append(source)
+
+
 def _database_tables() -> list[DispatchTable]:
-    """Current tables of the default database, only if its file already exists (never creates one)."""
-    from db.engine import DatabaseError, missing_sqlite_file, resolve_database_url
-
-    try:
-        url = resolve_database_url()
-    except DatabaseError:
-        return []
-    if missing_sqlite_file(url):
-        return []
-    try:
-        from autotuner.store import tables_in_database
-
-        return tables_in_database(url)
-    except Exception as exc:  # an unreadable database leaves the shipped tables in force
-        log.warning("ignoring the tuning database's tables: %s", exc)
-        return []
+    """The registered sources' tables, in registration order."""
+    return [table for source in _table_sources for table in source()]
 
 
 def select_kernel(m: int, n: int, dtype: str, gpu: str | None = None, *, timing_method: str = DEFAULT_METHOD) -> KernelChoice:

@@ -4,7 +4,7 @@ For one (GPU model, dtype, timing method): take the newest "ok" time of every ca
 (from runs of one environment: the newest, unless ``environment_id`` says otherwise), drop candidates
 that ever failed verification or faulted on this dtype (never chosen), drop rows whose source hash is
 not the variant's current source, prune candidates that never win by more than ``prune_margin``, and
-write the table document of ``autotuner/table.py`` (lookup rule ``local-regret-clamped`` by default).
+write the table document of ``autotuner/lookup/table.py`` (lookup rule ``local-regret-clamped`` by default).
 
 Regret of a table on a shape = median time of the candidate it chooses there / the fastest median
 time of any candidate the fit may dispatch to (every verified candidate, before pruning; peers
@@ -24,8 +24,8 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy.orm import Session
 
-from autotuner.measure import QUICK_REPS
-from autotuner.table import DEFAULT_RULE, FORMAT_VERSION, DispatchTable
+from autotuner.tune.measure import QUICK_REPS
+from autotuner.lookup.table import DEFAULT_RULE, FORMAT_VERSION, DispatchTable
 from db import queries
 
 BAD_STATUSES = ("wrong", "fault")
@@ -86,7 +86,7 @@ def build_document(observations: Sequence[Observation], constraints: Callable[[s
                    *, gpu: str, gpu_name: str, dtype: str, timing_method: str, rule: str = DEFAULT_RULE,
                    copy_times: dict[tuple[int, int], float] | None = None, prune_margin: float = DEFAULT_PRUNE_MARGIN,
                    source_runs: Sequence[int] = (), environment: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The table document for these observations (see ``autotuner/table.py``), pruned."""
+    """The table document for these observations (see ``autotuner/lookup/table.py``), pruned."""
     candidate_keys = sorted({(o.variant, o.config_key) for o in observations})
     configs = {(o.variant, o.config_key): o.config for o in observations}
     shapes = sorted({(o.m, o.n) for o in observations})

@@ -15,7 +15,7 @@ import signal
 import time
 from typing import Any, Sequence
 
-from autotuner.measure import WorkItem, failure
+from autotuner.tune.measure import WorkItem, failure
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class WorkerRunner:
 
     def __init__(self, device_index: int | None = None, method: str = "cold", *, item_timeout_s: float = 120.0,
                  time_cap_s: float = 0.5, setup: Sequence[str] = (),
-                 measurer_factory: str = "autotuner.measure:Measurer"):
+                 measurer_factory: str = "autotuner.tune.measure:Measurer"):
         self.device_index = device_index
         self.method = method
         self.item_timeout_s = item_timeout_s

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from autotuner.cli import DbOption, UserError, app, friendly, out
+from autotuner.cli.app import DbOption, UserError, app, friendly, out
 
 
 def _open_text(path: Path, mode: str):  # noqa: ANN202 - a text file, gzip-compressed if named *.gz
@@ -27,7 +27,7 @@ def export_command(
     """Write sweep runs (candidates, measurements, copy references) as an exchange document."""
     from sqlalchemy.orm import Session
 
-    from autotuner.exchange import export_runs
+    from autotuner.records.exchange import export_runs
     from db.engine import make_engine
 
     with Session(make_engine(db, create=False)) as session:
@@ -52,7 +52,7 @@ def import_command(
     """Load an exchange document into the database, all or nothing."""
     from sqlalchemy.orm import Session
 
-    from autotuner.exchange import import_runs
+    from autotuner.records.exchange import import_runs
     from db.engine import make_engine
 
     path = Path(source)

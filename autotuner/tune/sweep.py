@@ -6,7 +6,7 @@ skips what the database already holds for the same GPU model, environment, timin
 (source hash included), and commits every result as it arrives, so a killed sweep loses at most the
 items in flight and a rerun resumes where it stopped.
 
-Work is handed out by shape group through the database work list (``autotuner/parallel.py``): with
+Work is handed out by shape group through the database work list (``autotuner/tune/parallel.py``): with
 several runners each takes whole groups in its own thread; several processes or hosts on one database
 share the list. When a group is taken its rows are re-read, so what another sweeper measured meanwhile
 is skipped and its best time seeds the quick-drop hint.
@@ -24,10 +24,10 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from sqlalchemy import Engine
 
-from autotuner.gpu import GpuInfo
-from autotuner.measure import WorkItem
-from autotuner.parallel import DEFAULT_LEASE_S, SharedWorkList, run_threads, work_list_key
-from autotuner.retime import retime_keys
+from autotuner.lookup.gpu import GpuInfo
+from autotuner.tune.measure import WorkItem
+from autotuner.tune.parallel import DEFAULT_LEASE_S, SharedWorkList, run_threads, work_list_key
+from autotuner.tune.retime import retime_keys
 from db import queries, worklist
 from db.retry import in_transaction
 

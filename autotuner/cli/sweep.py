@@ -19,11 +19,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from autotuner.cli import DbOption, UserError, app, check_method, console, friendly, out, parse_duration
+from autotuner.cli.app import DbOption, UserError, app, check_method, console, friendly, out, parse_duration
 
 log = logging.getLogger(__name__)
 
-REAL_MEASURER = "autotuner.measure:Measurer"
+REAL_MEASURER = "autotuner.tune.measure:Measurer"
 FAKE_GPU_ENV = "AUTOTUNER_FAKE_GPU"
 L2_MODES = ("cold", "warm")
 TIMINGS = ("events", "graph")
@@ -86,7 +86,7 @@ def fake_gpu(measurer: str) -> tuple[str, int] | None:
 
 def resolve_gpus(gpu: str, devices: list[int], fake: tuple[str, int] | None):  # noqa: ANN201 - GpuInfo
     """The one GPU model swept on every device; mixed models are refused."""
-    from autotuner.gpu import GpuInfo, GpuMismatchError, NoGpuError, resolve_gpu, validate_gpu_key
+    from autotuner.lookup.gpu import GpuInfo, GpuMismatchError, NoGpuError, resolve_gpu, validate_gpu_key
 
     if fake is not None:
         key, count = fake
@@ -136,12 +136,12 @@ def sweep(
     """Verify and time every applicable kernel config on every shape; results go to the database.
 
     Rerun the same command to resume: what is in the database is skipped. Several processes or hosts may run it on one database at once; they share the shapes between them."""
-    from autotuner import grid as grids
-    from autotuner.env import collect_environment
-    from autotuner.parallel import open_shared_database
-    from autotuner.progress import SweepProgress
-    from autotuner.sweep import Sweep, plan, usable_variants
-    from autotuner.worker import WorkerRunner, resolve_hook
+    from autotuner.tune import grid as grids
+    from autotuner.tune.env import collect_environment
+    from autotuner.tune.parallel import open_shared_database
+    from autotuner.tune.progress import SweepProgress
+    from autotuner.tune.sweep import Sweep, plan, usable_variants
+    from autotuner.tune.worker import WorkerRunner, resolve_hook
     from kernels import all_variants
 
     timing_method = resolve_method(method, l2, timing)
@@ -194,8 +194,8 @@ def status(
     """Per GPU: sweep runs, measurements by status, and which current dispatch tables are stale."""
     from sqlalchemy.orm import Session
 
-    from autotuner.gpu import validate_gpu_key
-    from autotuner.status import database_status
+    from autotuner.lookup.gpu import validate_gpu_key
+    from autotuner.report.status import database_status
     from db.engine import make_engine
 
     key = validate_gpu_key(gpu) if gpu else None
