@@ -18,7 +18,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kernels": ("kernels",),
     "db": ("db",),
     "autotuner": ("autotuner", "kernels", "db"),
-    "autotuner.lookup": ("autotuner.lookup", "kernels.base"),  # the embedded path: no db, no tuning code
+    "autotuner.lookup": ("autotuner.lookup", "autotuner.domain", "kernels.base"),  # the embedded path: no db, no tuning code
     "autotuner.cli": ("autotuner", "kernels", "db", "service"),  # on top of everything
     "autotuner.__main__": ("autotuner.cli",),  # ``python -m autotuner``: the CLI's entry point
     "service": ("service", "autotuner", "db", "kernels.base"),

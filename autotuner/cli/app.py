@@ -62,7 +62,7 @@ def friendly(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def check_method(method: str) -> str:
-    from autotuner.tune.timing import METHODS
+    from autotuner.domain import TIMING_METHODS as METHODS
 
     if method not in METHODS:
         raise UserError(f"--method {method!r} is not one of {', '.join(METHODS)}", code=2)

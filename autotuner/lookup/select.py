@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from autotuner.domain import MAX_DIM
 from autotuner.lookup.gpu import NEAREST_MODELS, current_gpu_key, validate_gpu_key
 from autotuner.lookup.table import DispatchTable, TableFormatError
 from kernels.base import DTYPE_ALIASES, normalize_dtype
@@ -27,7 +28,6 @@ log = logging.getLogger(__name__)
 
 FALLBACK_VARIANT = "torch_softmax"
 DEFAULT_METHOD = "cold"
-MAX_DIM = 1 << 31
 CACHE_LIMIT = 1 << 16  # answers kept per store; a server fed endless new shapes must not grow forever
 
 
@@ -125,7 +125,7 @@ class TableStore:
     def _select_uncached(self, m, n, dtype_name, gpu, method, allow_fallback) -> KernelChoice:
         if not isinstance(m, int) or not isinstance(n, int) or isinstance(m, bool) or isinstance(n, bool):
             raise TypeError(f"m and n must be integers, got {type(m).__name__} and {type(n).__name__}")
-        if not (0 <= m < MAX_DIM and 1 <= n < MAX_DIM):
+        if not (0 <= m <= MAX_DIM and 1 <= n <= MAX_DIM):
             raise ValueError(f"shape ({m}, {n}) out of range: need 0 <= m < 2**31 and 1 <= n < 2**31")
         # a spelling already in canonical form skips the normaliser (a first lookup is on the dispatch path)
         dtype = DTYPE_ALIASES.get(dtype_name) if type(dtype_name) is str else None

@@ -32,17 +32,16 @@ from typing import Annotated, Any, Literal, Mapping, Optional
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy.orm import Session
 
+from autotuner.domain import MAX_DIM, TIMING_METHODS
 from db import queries
 from db.models import CopyReference, Measurement, SweepRun
+from kernels.base import DTYPES  # canonical names only: the document is written by programs
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-TIMING_METHODS = ("cold", "warm", "graph")
 RUN_STATUSES = ("running", "finished", "interrupted", "failed")
-DTYPES = ("fp32", "fp16", "bf16")  # canonical names only: the document is written by programs
 MEASUREMENT_STATUSES = ("ok", "wrong", "unsupported", "compile_error", "launch_error", "fault", "timeout")
-MAX_DIM = 2**31 - 1  # the database stores M and N as 32-bit integers
 COPY_FIELDS = ("median_us", "p20_us", "p80_us", "repetitions", "gbps")
 
 Dim = Annotated[int, Field(ge=0, le=MAX_DIM)]

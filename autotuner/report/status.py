@@ -14,7 +14,7 @@ from typing import Any, Callable
 from sqlalchemy.orm import Session
 
 from db import overview, queries, worklist
-from db.models import DispatchTable, Environment, SweepRun
+from db.models import DispatchTableRow, Environment, SweepRun
 
 VERSION_FIELDS = ("driver", "cuda", "torch", "triton", "cupy", "python")
 
@@ -38,14 +38,14 @@ def environment_change(old: Environment | None, new: Environment | None) -> str:
     return ", ".join(changes) or f"fingerprint {old.fingerprint[:8]}→{new.fingerprint[:8]}"
 
 
-def table_environment_id(session: Session, table: DispatchTable) -> int | None:
+def table_environment_id(session: Session, table: DispatchTableRow) -> int | None:
     if table.environment_id is not None:
         return table.environment_id
     runs = queries.list_runs(session, table.source_runs or [])
     return runs[-1].environment_id if runs else None
 
 
-def stale_reasons(session: Session, table: DispatchTable,
+def stale_reasons(session: Session, table: DispatchTableRow,
                   current_hash: Callable[[str], str | None] = current_source_hash) -> list[str]:
     """Why this table no longer matches the newest measurements and the current kernel sources
     (empty when it does)."""

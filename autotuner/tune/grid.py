@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from autotuner.domain import MAX_DIM
 from kernels.base import DTYPE_BYTES, DTYPES, normalize_dtype
 
 DEFAULT_M: tuple[int, ...] = (1, 4, 32, 128, 1024, 4096, 16384)
 DEFAULT_N: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32000, 32768, 50257, 65536, 131072, 151936, 262144)
 MAX_TENSOR_BYTES = 2 * 1024**3
-MAX_DIM = 1 << 31
 
 
 def parse_int_list(text: str, what: str) -> list[int]:
@@ -35,7 +35,7 @@ def parse_int_list(text: str, what: str) -> list[int]:
                 value = int(item)
         except ValueError:
             raise ValueError(f"{what}: {part.strip()!r} is not an integer (expected a comma list such as 1,4,32)") from None
-        if not 1 <= value < MAX_DIM:
+        if not 1 <= value <= MAX_DIM:
             raise ValueError(f"{what}: {value} out of range (1 .. 2^31-1)")
         values.append(value)
     if not values:

@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-METHODS = ("cold", "warm", "graph")
+from autotuner.domain import TIMING_METHODS as METHODS
+
 FLUSH_BYTES = 256 * 1024 * 1024
 # Before each timed call the GPU spins this many cycles (about 50 µs at 2 GHz), so the host has
 # enqueued the call before the GPU reaches it: host-side launch cost (tens of µs for a Python launch

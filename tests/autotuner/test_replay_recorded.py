@@ -18,7 +18,7 @@ from autotuner.tune.measure import WorkItem
 from autotuner.lookup.select import TableStore
 from autotuner.tune.sweep import Candidate, Sweep
 from autotuner.lookup.table import DispatchTable
-from db import Candidate as CandidateRow, GpuModel, Measurement, make_engine
+from db import CandidateRow, GpuModel, Measurement, make_engine
 from kernels import KernelConfig, get_variant
 from tests.autotuner.fakes import ReplayMeasurer
 
