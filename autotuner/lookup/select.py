@@ -116,7 +116,19 @@ class TableStore:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        choice = self._select_uncached(m, n, dtype, gpu, method, allow_fallback)
+        return self._keep(key, self._select_uncached(m, n, dtype, gpu, method, allow_fallback))
+
+    def select_canonical(self, m: int, n: int, dtype: str, gpu_key: str, method: str = DEFAULT_METHOD,
+                         *, allow_fallback: bool = True) -> KernelChoice:
+        """``select`` for a caller that has already validated the shape and normalised the names
+        (``normalize_dtype``, ``validate_gpu_key``), as the service has: nothing is normalised twice."""
+        key = (m, n, dtype, gpu_key, method)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        return self._keep(key, self._choose(m, n, dtype, gpu_key, method, allow_fallback))
+
+    def _keep(self, key: tuple[int, int, str, str, str], choice: KernelChoice) -> KernelChoice:
         if len(self._cache) >= CACHE_LIMIT:
             self._cache.clear()  # cheap and rare; the working set refills in microseconds per shape
         self._cache[key] = choice
@@ -131,6 +143,10 @@ class TableStore:
         dtype = DTYPE_ALIASES.get(dtype_name) if type(dtype_name) is str else None
         dtype = dtype or normalize_dtype(dtype_name)
         gpu_key = _gpu_key(gpu) if gpu else (current_gpu_key() or "unknown")
+        return self._choose(m, n, dtype, gpu_key, method, allow_fallback)
+
+    def _choose(self, m: int, n: int, dtype: str, gpu_key: str, method: str, allow_fallback: bool) -> KernelChoice:
+        """The choice for canonical names: the GPU's own table, then the fallbacks in order."""
         choice = self._from_table(gpu_key, gpu_key, m, n, dtype, method, "table")
         if choice is not None:
             return choice
@@ -141,7 +157,7 @@ class TableStore:
             choice = self._from_table(other, gpu_key, m, n, dtype, method, f"nearest-gpu:{other}")
             if choice is not None:
                 warnings.warn(f"no {dtype}/{method} dispatch table for GPU {gpu_key!r}; using {other!r}'s",
-                              RuntimeWarning, stacklevel=4)
+                              RuntimeWarning, stacklevel=5)
                 return choice
         return KernelChoice(FALLBACK_VARIANT, (), None, gpu_key, dtype, "fallback", False)
 
