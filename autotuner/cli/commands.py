@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, console, friendly, out
+from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, console, friendly, how_to_fill, out, print_json, print_table
 from autotuner.lookup.table import DEFAULT_RULE
 
 
@@ -57,7 +57,7 @@ def fit(
             (folder / f"{key}_{dt}_{method}.json").write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
     if not fitted:
         raise UserError(f"nothing fitted for {key}: run `autotuner sweep --gpu {key}` first")
-    out.print(report)
+    print_table(report)
 
 
 @app.command("select")
@@ -73,7 +73,7 @@ def select_command(
     from autotuner.lookup.select import select_kernel
 
     check_method(method)
-    out.print_json(json.dumps(select_kernel(m, n, dtype, gpu=gpu, timing_method=method).as_dict()))
+    print_json(select_kernel(m, n, dtype, gpu=gpu, timing_method=method).as_dict())
 
 
 @app.command()
@@ -93,19 +93,22 @@ def report(
     from autotuner.report.bench import markdown, shape_reports, summary
     from autotuner.tune.grid import parse_dtypes
     from autotuner.lookup.gpu import validate_gpu_key
-    from db.engine import make_engine
+    from db.engine import EmptyDatabaseError, make_engine
 
     check_method(method)
     key = validate_gpu_key(gpu)
-    with Session(make_engine(db, create=False)) as session:
-        reports = shape_reports(session, key, method, parse_dtypes(dtype))
+    try:
+        with Session(make_engine(db, create=False)) as session:
+            reports = shape_reports(session, key, method, parse_dtypes(dtype))
+    except EmptyDatabaseError:
+        reports = []
     if not reports:
-        raise UserError(f"no measurements of {key} with method {method} in this database")
+        raise UserError(f"no measurements of {key} with method {method} in this database: {how_to_fill(key)}")
     table = Table("dtype", "M", "N", "copy us", "best own us", "fraction", "torch us", "best own")
     for r in reports:
         table.add_row(r.dtype, str(r.m), str(r.n), *(f"{v:.2f}" if v else "-" for v in (r.copy_us, r.best_own_us, r.fraction, r.torch_us)),
                       r.best_own or "-")
-    out.print(table)
+    print_table(table)
     for dt in sorted({r.dtype for r in reports}):
         figures = summary([r for r in reports if r.dtype == dt])
         out.print(f"{dt}: {figures['shapes']} shapes, geomean {figures['geomean'] or 0:.3f} of copy speed, "
@@ -122,13 +125,16 @@ def kernels(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON l
 
     described = describe_variants()
     if as_json:
-        out.print_json(json.dumps(described))
+        print_json(described)
         return
     table = Table("variant", "seed", "backend", "dtypes", "configs", "available")
+    for column in table.columns[:5]:  # names whole; only the reason wraps on a narrow terminal
+        column.no_wrap = True
+    table.columns[0].min_width = max((len(entry["name"]) for entry in described), default=7)
     for entry in described:
         table.add_row(entry["name"], entry["seed"], entry["backend"], ",".join(entry["dtypes"]), str(len(entry["configs"])),
                       "yes" if entry["available"] else f"no: {entry['reason']}")
-    out.print(table)
+    print_table(table)
 
 
 @app.command()
@@ -140,14 +146,14 @@ def tables(db: DbOption = None,
 
     listing = table_listing(db)
     if as_json:
-        out.print_json(json.dumps(listing))
+        print_json(listing)
         return
     table = Table("origin", "gpu", "dtype", "method", "candidates", "shapes", "regret geomean", "p95", "max")
     for row in listing:
         table.add_row(row["origin"], row["gpu"], row["dtype"], row["timing_method"], str(row["candidate_count"]),
                       str(row["shape_count"]), *(f"{row[k]:.4f}" if row[k] is not None else "-"
                                                  for k in ("regret_geomean", "regret_p95", "regret_max")))
-    out.print(table)
+    print_table(table)
 
 
 @app.command()

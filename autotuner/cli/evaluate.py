@@ -1,14 +1,13 @@
 """CLI commands for evaluating dispatch tables and the dispatched softmax (registered on ``cli.app``)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, console, friendly, out
+from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, console, friendly, out, print_json, print_table
 
 
 @app.command()
@@ -64,13 +63,13 @@ def evaluate(
     if not scores:
         raise UserError(f"no fitted {method} table for {key}: run `autotuner fit --gpu {key}` first")
     if as_json:
-        out.print_json(json.dumps(scores))
+        print_json(scores)
         return
     report = Table("dtype", "held-out shapes", "regret geomean", "p95", "max", "misses")
     for dt, score in scores.items():
         report.add_row(dt, str(score["shapes"]), *(f"{score[k]:.4f}" if score[k] else "-" for k in ("geomean", "p95", "max")),
                        str(score["misses"]))
-    out.print(report)
+    print_table(report)
 
 
 @app.command()

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from autotuner.cli.app import DbOption, UserError, app, friendly, out
+from autotuner.cli.app import DbOption, UserError, app, friendly, out, print_json
 
 
 def _open_text(path: Path, mode: str):  # noqa: ANN202 - a text file, gzip-compressed if named *.gz
@@ -65,4 +65,4 @@ def import_command(
         raise UserError(f"cannot read {source}: {exc}") from None
     with Session(make_engine(db), expire_on_commit=False) as session, session.begin():
         summary = import_runs(session, data)
-    out.print(f"imported: {summary.model_dump_json()}", highlight=False)
+    print_json(summary.model_dump(mode="json"))

@@ -8,7 +8,6 @@ so the real command runs end to end on a machine without a GPU. A real sweep nev
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -19,7 +18,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, UserError, app, check_method, console, friendly, out, parse_duration
+from autotuner.cli.app import DbOption, UserError, app, check_method, console, friendly, how_to_fill, out, parse_duration, print_json, print_table
 
 log = logging.getLogger(__name__)
 
@@ -196,16 +195,21 @@ def status(
 
     from autotuner.lookup.gpu import validate_gpu_key
     from autotuner.report.status import database_status
-    from db.engine import make_engine
+    from db.engine import EmptyDatabaseError, make_engine
 
     key = validate_gpu_key(gpu) if gpu else None
-    with Session(make_engine(db, create=False)) as session:
-        report = database_status(session, key)
+    try:
+        with Session(make_engine(db, create=False)) as session:
+            report = database_status(session, key)
+    except EmptyDatabaseError:  # a fresh install: nothing measured yet is a state, not an error
+        report = {"gpus": [], "work_list": {"by_status": {}, "claimed": []}}
     if as_json:
-        out.print_json(json.dumps(report))
+        print_json(report)
         return
     if not report["gpus"]:
-        raise UserError(f"no sweep runs{f' of {key}' if key else ''} in this database")
+        out.print(f"no sweep runs{f' of {key}' if key else ''} in this database yet: {how_to_fill(key)}",
+                  highlight=False, markup=False, soft_wrap=True)
+        return
 
     def say(text: str) -> None:  # data (hosts, claim tags) is printed as is: no markup, no :emoji: codes
         out.print(text, markup=False, emoji=False, highlight=False)
@@ -226,7 +230,7 @@ def status(
         for row in entry["tables"]:
             table.add_row(row["dtype"], row["timing_method"], str(row["table_id"]), row["created_at"] or "-",
                           escape("; ".join(row["reasons"])) if row["stale"] else "no")
-        out.print(table)
+        print_table(table)
     work = report["work_list"]
     if work["by_status"]:
         say("work list: " + ", ".join(f"{k} {v}" for k, v in sorted(work["by_status"].items())))
