@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotuner.select import KernelChoice, select_kernel
+from autotuner.lookup.select import KernelChoice, add_table_source, select_kernel
 
 __all__ = ["KernelChoice", "select_kernel", "softmax"]
 
@@ -16,3 +16,13 @@ def softmax(x: Any, dim: int = -1) -> Any:
     from autotuner.runtime import softmax as _softmax
 
     return _softmax(x, dim)
+
+
+def _default_database_tables() -> list[Any]:
+    # imported when the default store is first built, so ``import autotuner`` loads no SQLAlchemy
+    from autotuner.records.store import default_database_tables
+
+    return default_database_tables()
+
+
+add_table_source(_default_database_tables)

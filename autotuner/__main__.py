@@ -1,5 +1,5 @@
 """``python -m autotuner ...``: the same command line as the ``autotuner`` script (every command
-registered, which ``python -m autotuner.cli`` cannot promise: there the module runs as ``__main__``
+registered, which ``python -m autotuner.cli.app`` cannot promise: there the module runs as ``__main__``
 before the command modules register on it)."""
 from autotuner.cli import app
 

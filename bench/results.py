@@ -30,12 +30,12 @@ PEERS = ("torch", "quack", "liger")
 WITHIN = 1.03  # "within 3 % of the best peer": dispatched time <= 1.03 x the fastest peer's
 
 METHOD = """\
-Timing (`autotuner/timing.py`): CUDA events around each call; before each timed call the L2 is
+Timing (`autotuner/tune/timing.py`): CUDA events around each call; before each timed call the L2 is
 flushed by a 256 MB write ("cold"); repetitions are added in batches of 10 until the median moves by
 less than 1 % (capped by `--time-cap`); the median is reported. Every candidate is checked against a
 float64 reference (fresh random input, poisoned output, edge rows of ±inf and NaN) before it is timed.
 Fraction of the speed of light = the copy time of the same tensor / the kernel's time, where the copy
-is the faster of torch's `copy_` and a plain 16-byte vector copy (`autotuner.measure.copy_reference`).
+is the faster of torch's `copy_` and a plain 16-byte vector copy (`autotuner.tune.measure.copy_reference`).
 Regret of a pick = its time / the fastest measured time at that shape."""
 
 

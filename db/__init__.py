@@ -6,9 +6,9 @@ Knows tables and queries, nothing of GPUs. SQLite is the embedded default; any S
 from db.engine import DatabaseError, default_database_path, make_engine, resolve_database_url, transaction
 from db.models import (
     Base,
-    Candidate,
+    CandidateRow,
     CopyReference,
-    DispatchTable,
+    DispatchTableRow,
     Environment,
     GpuModel,
     Measurement,
@@ -16,6 +16,6 @@ from db.models import (
 )
 
 __all__ = [
-    "Base", "Candidate", "CopyReference", "DatabaseError", "DispatchTable", "Environment", "GpuModel",
+    "Base", "CandidateRow", "CopyReference", "DatabaseError", "DispatchTableRow", "Environment", "GpuModel",
     "Measurement", "SweepRun", "default_database_path", "make_engine", "resolve_database_url", "transaction",
 ]

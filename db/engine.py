@@ -30,6 +30,14 @@ class DatabaseError(RuntimeError):
     """A database that cannot be used, with a message fit to show a user."""
 
 
+class DatabasePathError(DatabaseError):
+    """The database path itself cannot be used (its folder cannot be created)."""
+
+
+class EmptyDatabaseError(DatabaseError):
+    """The database has no tables yet (a fresh install), where a reader asked not to create them."""
+
+
 def default_database_path() -> Path:
     data_home = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     return data_home / "softmax-autotuner" / "tuning.sqlite"
@@ -91,7 +99,13 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
                         f"{path} is not an SQLite database (damaged, or another kind of file); "
                         f"point --db or ${ENV_VAR} at a tuning database or a new path"
                     )
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DatabasePathError(
+                f"cannot use database path {path}: its folder {path.parent} cannot be created ({exc.strerror}); "
+                f"point --db or ${ENV_VAR} at a writable location"
+            ) from None
     try:
         engine = create_engine(resolved, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000} if is_sqlite else {})
     except (ArgumentError, ImportError) as exc:  # unknown dialect, or its driver is not installed
@@ -120,7 +134,7 @@ def check_schema(engine: Engine, *, create: bool) -> None:
     where = engine.url.render_as_string(hide_password=True)
     if not tables:
         if not create:
-            raise DatabaseError(f"database {where} is empty; run `autotuner sweep` to fill it")
+            raise EmptyDatabaseError(f"database {where} is empty; run `autotuner sweep` to fill it")
         try:
             Base.metadata.create_all(engine)
             with Session(engine) as session, session.begin():

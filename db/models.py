@@ -94,7 +94,7 @@ class SweepRun(Base):
     environment: Mapped[Environment] = relationship()
 
 
-class Candidate(Base):
+class CandidateRow(Base):
     """A variant, one launch config of it, and the hash of the source that generated its code."""
 
     __tablename__ = "candidates"
@@ -137,7 +137,7 @@ class Measurement(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     run: Mapped[SweepRun] = relationship()
-    candidate: Mapped[Candidate] = relationship()
+    candidate: Mapped[CandidateRow] = relationship()
 
 
 class CopyReference(Base):
@@ -157,7 +157,7 @@ class CopyReference(Base):
     gbps: Mapped[Optional[float]] = mapped_column(Float)
 
 
-class DispatchTable(Base):
+class DispatchTableRow(Base):
     """A fitted dispatch table for one (GPU model, dtype, timing method). ``payload`` is the
     versioned JSON document that ``select_kernel`` reads; only one row per key is current."""
 
@@ -184,7 +184,7 @@ class WorkListEntry(Base):
     """One shape of a shared sweep work list: what several sweepers (threads, processes, hosts) claim so
     that no two measure the same shape at once. ``list_key`` names the list: sweepers share one when
     they tune the same GPU model, environment, timing method and kernel sources (see
-    ``autotuner/parallel.py``). A claim holds until ``lease_expires_at``; the holder renews it after
+    ``autotuner/tune/parallel.py``). A claim holds until ``lease_expires_at``; the holder renews it after
     every item, and anyone may take over an expired one (or, on the same host, one whose process died).
     Measurements stay the record of what was measured; this table only says who works on what."""
 

@@ -8,7 +8,7 @@ from typing import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from db.models import Candidate, GpuModel, Measurement, SweepRun
+from db.models import CandidateRow, GpuModel, Measurement, SweepRun
 
 
 def run_counts_by_gpu(session: Session) -> dict[str, dict[str, int]]:
@@ -57,8 +57,8 @@ def source_hashes_of_runs(session: Session, run_ids: Sequence[int], dtype: str |
     if not run_ids:
         return {}
     statement = (
-        select(Candidate.variant, Candidate.source_hash)
-        .join(Measurement, Measurement.candidate_id == Candidate.id)
+        select(CandidateRow.variant, CandidateRow.source_hash)
+        .join(Measurement, Measurement.candidate_id == CandidateRow.id)
         .where(Measurement.run_id.in_(list(run_ids)), Measurement.status == "ok")
         .distinct()
     )

@@ -9,9 +9,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from db.models import (
-    Candidate,
+    CandidateRow,
     CopyReference,
-    DispatchTable,
+    DispatchTableRow,
     Environment,
     GpuModel,
     Measurement,
@@ -55,10 +55,10 @@ def get_or_create_environment(session: Session, fingerprint: str, **versions: An
 
 def get_or_create_candidate(
     session: Session, variant: str, config_key: str, config: Mapping[str, Any], source_hash: str
-) -> Candidate:
+) -> CandidateRow:
     return _get_or_create(
         session,
-        Candidate,
+        CandidateRow,
         {"variant": variant, "config_key": config_key, "source_hash": source_hash},
         {"config": dict(config)},
     )
@@ -126,7 +126,7 @@ def same_setting(gpu_id: int, environment_id: int, timing_method: str) -> tuple:
 def measured_rows(session: Session, gpu_id: int, environment_id: int, timing_method: str) -> list[tuple]:
     """(candidate_id, m, n, dtype, status, median_us, p20_us, p80_us) of every row measured for this
     GPU, environment and method, in any run: what a rerun skips (failed rows included: a rerun does
-    not retry them), and what ``autotuner.retime`` reads to choose rows to measure again."""
+    not retry them), and what ``autotuner.tune.retime`` reads to choose rows to measure again."""
     statement = (
         select(Measurement.candidate_id, Measurement.m, Measurement.n, Measurement.dtype, Measurement.status,
                Measurement.median_us, Measurement.p20_us, Measurement.p80_us)
@@ -152,7 +152,7 @@ def measurements_for(
     timing_method: str | None = None,
     environment_id: int | None = None,
     run_ids: Sequence[int] | None = None,
-) -> list[tuple[Measurement, Candidate, SweepRun]]:
+) -> list[tuple[Measurement, CandidateRow, SweepRun]]:
     """Measurements of one GPU model (any status), newest run first, with candidate and run."""
     conditions = [GpuModel.key == gpu_key]
     if dtype is not None:
@@ -164,8 +164,8 @@ def measurements_for(
     if run_ids is not None:
         conditions.append(SweepRun.id.in_(list(run_ids)))
     statement = (
-        select(Measurement, Candidate, SweepRun)
-        .join(Candidate, Measurement.candidate_id == Candidate.id)
+        select(Measurement, CandidateRow, SweepRun)
+        .join(CandidateRow, Measurement.candidate_id == CandidateRow.id)
         .join(SweepRun, Measurement.run_id == SweepRun.id)
         .join(GpuModel, SweepRun.gpu_model_id == GpuModel.id)
         .where(and_(*conditions))
@@ -202,19 +202,19 @@ def save_table(
     candidate_count: int,
     regret: Mapping[str, float | None] | None = None,
     environment_id: int | None = None,
-) -> DispatchTable:
+) -> DispatchTableRow:
     """Store a fitted table as the current one for (gpu, dtype, method); older ones stay as history."""
     session.execute(
-        update(DispatchTable)
+        update(DispatchTableRow)
         .where(
-            DispatchTable.gpu_model_id == gpu.id,
-            DispatchTable.dtype == dtype,
-            DispatchTable.timing_method == timing_method,
+            DispatchTableRow.gpu_model_id == gpu.id,
+            DispatchTableRow.dtype == dtype,
+            DispatchTableRow.timing_method == timing_method,
         )
         .values(is_current=False)
     )
     regret = regret or {}
-    table = DispatchTable(
+    table = DispatchTableRow(
         gpu_model=gpu,
         dtype=dtype,
         timing_method=timing_method,
@@ -233,12 +233,12 @@ def save_table(
     return table
 
 
-def current_tables(session: Session, gpu_key: str | None = None) -> list[DispatchTable]:
+def current_tables(session: Session, gpu_key: str | None = None) -> list[DispatchTableRow]:
     statement = (
-        select(DispatchTable)
-        .join(GpuModel, DispatchTable.gpu_model_id == GpuModel.id)
-        .where(DispatchTable.is_current.is_(True))
-        .order_by(GpuModel.key, DispatchTable.dtype, DispatchTable.timing_method)
+        select(DispatchTableRow)
+        .join(GpuModel, DispatchTableRow.gpu_model_id == GpuModel.id)
+        .where(DispatchTableRow.is_current.is_(True))
+        .order_by(GpuModel.key, DispatchTableRow.dtype, DispatchTableRow.timing_method)
     )
     if gpu_key is not None:
         statement = statement.where(GpuModel.key == gpu_key)
@@ -247,7 +247,7 @@ def current_tables(session: Session, gpu_key: str | None = None) -> list[Dispatc
 
 def latest_table_time(session: Session) -> datetime | None:
     """When the newest table was stored: lets a server notice a refit without restarting."""
-    return session.scalars(select(DispatchTable.created_at).order_by(DispatchTable.id.desc())).first()
+    return session.scalars(select(DispatchTableRow.created_at).order_by(DispatchTableRow.id.desc())).first()
 
 
 # --- Helpers for the exchange format and the HTTP service (added; the functions above are unchanged) ---
@@ -278,10 +278,10 @@ def find_run(
     return session.scalars(statement.order_by(SweepRun.id)).first()
 
 
-def measurements_of_run(session: Session, run_id: int) -> list[tuple[Measurement, Candidate]]:
+def measurements_of_run(session: Session, run_id: int) -> list[tuple[Measurement, CandidateRow]]:
     statement = (
-        select(Measurement, Candidate)
-        .join(Candidate, Measurement.candidate_id == Candidate.id)
+        select(Measurement, CandidateRow)
+        .join(CandidateRow, Measurement.candidate_id == CandidateRow.id)
         .where(Measurement.run_id == run_id)
         .order_by(Measurement.id)
     )
@@ -306,31 +306,31 @@ def search_measurements(
     run_id: int | None = None,
     limit: int = 100,
     offset: int = 0,
-) -> tuple[int, list[tuple[Measurement, Candidate, SweepRun, GpuModel]]]:
+) -> tuple[int, list[tuple[Measurement, CandidateRow, SweepRun, GpuModel]]]:
     """One page of measurements matching every given filter, in id order, and the total that match."""
-    filters = [(GpuModel.key, gpu_key), (Measurement.dtype, dtype), (Candidate.variant, variant),
+    filters = [(GpuModel.key, gpu_key), (Measurement.dtype, dtype), (CandidateRow.variant, variant),
                (Measurement.status, status), (Measurement.m, m), (Measurement.n, n),
                (SweepRun.timing_method, timing_method), (Measurement.run_id, run_id)]
     conditions = [column == value for column, value in filters if value is not None]
 
     def joined(statement):  # noqa: ANN001, ANN202 - a Select of either shape
         return (
-            statement.join(Candidate, Measurement.candidate_id == Candidate.id)
+            statement.join(CandidateRow, Measurement.candidate_id == CandidateRow.id)
             .join(SweepRun, Measurement.run_id == SweepRun.id)
             .join(GpuModel, SweepRun.gpu_model_id == GpuModel.id)
             .where(*conditions)
         )
 
     total = session.scalar(joined(select(func.count()).select_from(Measurement))) or 0
-    page = joined(select(Measurement, Candidate, SweepRun, GpuModel)).order_by(Measurement.id).limit(limit).offset(offset)
+    page = joined(select(Measurement, CandidateRow, SweepRun, GpuModel)).order_by(Measurement.id).limit(limit).offset(offset)
     return total, [tuple(row) for row in session.execute(page)]
 
 
 def current_tables_stamp(session: Session) -> tuple[int | None, int]:
     """(newest table id, number of current tables): changes whenever a table is saved or a current one
     removed, so a server compares it to decide whether to reload (cheaper than reading payloads)."""
-    newest = session.scalar(select(func.max(DispatchTable.id)))
-    current = session.scalar(select(func.count()).select_from(DispatchTable).where(DispatchTable.is_current.is_(True)))
+    newest = session.scalar(select(func.max(DispatchTableRow.id)))
+    current = session.scalar(select(func.count()).select_from(DispatchTableRow).where(DispatchTableRow.is_current.is_(True)))
     return newest, int(current or 0)
 
 

@@ -15,7 +15,7 @@ Contracts, for every variant:
 - ``supports`` is cheap and never compiles: it is how the sweep skips candidates before building.
 - ``min_arch`` (compute capability x 10) is the oldest architecture the variant runs on, and
   ``requirements`` states it with the config's shared-memory and cluster needs as plain data, so
-  that a dispatch table offers a kernel only to GPUs that can run it (``autotuner/gpu_models.py``).
+  that a dispatch table offers a kernel only to GPUs that can run it (``autotuner/lookup/gpu_models.py``).
 """
 from __future__ import annotations
 

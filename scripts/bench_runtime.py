@@ -59,7 +59,7 @@ CASES = [  # (label, m, n, dtype, forced variant or None for the dispatched one)
 
 
 def lookup_figures(gpu: str) -> dict:
-    from autotuner.select import default_store, select_kernel
+    from autotuner.lookup.select import default_store, select_kernel
 
     default_store()  # table loading is start-up, not a lookup
     firsts, warms = [], []
@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         have_gpu = False
     if gpu == "auto":
         if have_gpu:
-            from autotuner.gpu import normalize_gpu_name
+            from autotuner.lookup.gpu import normalize_gpu_name
 
             gpu = normalize_gpu_name(torch.cuda.get_device_name())
         else:

@@ -2,7 +2,7 @@
 # On the lent GPU, after the CuTe DSL and QuACK are installed there (scripts/device_cute_setup.sh, two
 # calls on one warm machine): `autotuner bench` with every peer (torch, QuACK, Liger), once through
 # streams and once with --graph-launch (every contender timed as a CUDA-graph replay: see
-# autotuner/timing.py), one dtype per process so that a stalled dtype loses only itself. Outputs in
+# autotuner/tune/timing.py), one dtype per process so that a stalled dtype loses only itself. Outputs in
 # $OUT: bench_stream_<dtype>.csv, bench_graph_<dtype>.csv and bench_peers.log (about 7 min on an H100).
 #
 #   call 1 (carry [".whl", ".whl_cute_a"]):  bash scripts/device_cute_setup.sh

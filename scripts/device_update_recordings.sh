@@ -32,7 +32,7 @@ python -m autotuner sweep --gpu "$gpu" --db "$grid_db" --time-cap 0.3 --retime-u
   --budget "$grid_budget" 2>&1 | tail -n 25
 # the extra rows, and re-times what they show disturbed on the whole grid (a row over 3x the same
 # kernel's time at a larger shape: an extra row can be that larger shape)
-default_m=$(python -c 'from autotuner.grid import DEFAULT_M; print(",".join(map(str, DEFAULT_M)))')
+default_m=$(python -c 'from autotuner.tune.grid import DEFAULT_M; print(",".join(map(str, DEFAULT_M)))')
 python -m autotuner sweep --gpu "$gpu" --db "$grid_db" --time-cap 0.3 --m "$default_m,$extra_m" --retime-unstable 2 \
   --budget "$extra_budget" 2>&1 | tail -n 12
 # evaluate marks its runs held-out (fit never reads them); it resumes like a sweep. Its scoring step
@@ -42,8 +42,8 @@ timeout "${held_budget%s}" python -m autotuner evaluate --gpu "$gpu" --db "$held
 # the odd-M held-out set (84 shapes, about 7 min from scratch on an H100; a resume measures only what
 # changed). A shape cut short here lacks some candidates: score the recording only once it is complete.
 if [ "$odd_m_budget" != 0 ]; then
-  odd_m=$(python -c 'from autotuner.evaluate import ODD_M_SET_M as v; print(",".join(map(str, v)))')
-  odd_n=$(python -c 'from autotuner.evaluate import ODD_M_SET_N as v; print(",".join(map(str, v)))')
+  odd_m=$(python -c 'from autotuner.report.evaluate import ODD_M_SET_M as v; print(",".join(map(str, v)))')
+  odd_n=$(python -c 'from autotuner.report.evaluate import ODD_M_SET_N as v; print(",".join(map(str, v)))')
   timeout "$odd_m_budget" python -m autotuner evaluate --gpu "$gpu" --db "$held_db" \
     --m "$odd_m" --n "$odd_n" 2>&1 | tail -n 8 || true
 fi

@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from autotuner.exchange import ExchangeDocument
+from autotuner.records.exchange import ExchangeDocument
 from db.engine import make_engine, session_factory
 from service.config import Settings
 from service.errors import install_error_handlers

@@ -27,10 +27,9 @@ from typing import Optional
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from autotuner.gpu import validate_gpu_key
+from autotuner.domain import MAX_DIM
+from autotuner.lookup.gpu import validate_gpu_key
 from db.engine import resolve_database_url
-
-DIM_CEILING = 2**31 - 1
 
 
 class Settings(BaseSettings):
@@ -39,8 +38,8 @@ class Settings(BaseSettings):
     database_url: str = Field(default_factory=resolve_database_url, description="SQLAlchemy URL or a file path")
     upload_token: Optional[SecretStr] = Field(default=None, description="bearer token for POST /runs; unset refuses uploads")
     default_gpu: Optional[str] = Field(default=None, description="GPU model /dispatch uses when the request names none")
-    max_m: int = Field(default=DIM_CEILING, ge=1, le=DIM_CEILING, description="largest M /dispatch accepts")
-    max_n: int = Field(default=DIM_CEILING, ge=1, le=DIM_CEILING, description="largest N /dispatch accepts")
+    max_m: int = Field(default=MAX_DIM, ge=1, le=MAX_DIM, description="largest M /dispatch accepts")
+    max_n: int = Field(default=MAX_DIM, ge=1, le=MAX_DIM, description="largest N /dispatch accepts")
     reload_interval_s: float = Field(default=5.0, ge=0, le=86_400, description="seconds between checks for newer tables")
     shipped_tables: bool = Field(default=True, description="serve the package's shipped tables under the database's")
     max_upload_bytes: int = Field(default=256 * 2**20, ge=1, description="largest POST /runs body in bytes")

@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from autotuner.select import TableStore
+from autotuner.lookup.select import TableStore
 from service.config import Settings
 from service.errors import ApiError
 from service.tables import LiveTables

@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl
 
 from pydantic import ValidationError
 
-from autotuner.select import TableStore
+from autotuner.lookup.select import TableStore
 from service.config import Settings
 from service.schemas import DispatchAnswer, DispatchQuery
 from service.tables import LiveTables

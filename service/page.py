@@ -22,7 +22,7 @@ from importlib import resources
 from string import Template
 from typing import Any, Iterable, Sequence
 
-from autotuner.table import DispatchTable
+from autotuner.lookup.table import DispatchTable
 from service.tables import LiveTables
 
 # Tableau 20 reordered so that the first ten are far apart; variants beyond 20 reuse with a hatch-free

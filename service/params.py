@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator
 
-from autotuner.gpu import validate_gpu_key
+from autotuner.lookup.gpu import validate_gpu_key
 from kernels.base import DTYPE_ALIASES, normalize_dtype
 
 DTYPE_SPELLINGS: tuple[str, ...] = tuple(sorted(DTYPE_ALIASES)) + tuple(f"torch.{name}" for name in sorted(DTYPE_ALIASES))

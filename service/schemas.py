@@ -1,6 +1,6 @@
 """Wire models of the HTTP API. Separate from the ORM tables (``db/models.py``): the database may grow
 columns without the API changing, and the reverse. The upload body is the exchange document of
-``autotuner/exchange.py``, shared with the CLI."""
+``autotuner/records/exchange.py``, shared with the CLI."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from autotuner.exchange import TIMING_METHODS, as_utc
-from service.config import DIM_CEILING
+from autotuner.domain import MAX_DIM, TIMING_METHODS
+from autotuner.records.exchange import as_utc
 from service.params import DTYPE_HELP, DtypeName
 
 ConfigValue = int | float | str | bool
@@ -33,8 +33,8 @@ class DispatchQuery(BaseModel):
     and the fast path in ``service/fast_dispatch.py``), so the two cannot accept different things.
     The configured ``AUTOTUNER_MAX_M`` / ``MAX_N`` (at most these ceilings) are applied after it."""
 
-    m: int = Field(ge=1, le=DIM_CEILING, description="rows; at most AUTOTUNER_MAX_M (default 2**31-1)")
-    n: int = Field(ge=1, le=DIM_CEILING, description="row length; at most AUTOTUNER_MAX_N (default 2**31-1)")
+    m: int = Field(ge=1, le=MAX_DIM, description="rows; at most AUTOTUNER_MAX_M (default 2**31-1)")
+    n: int = Field(ge=1, le=MAX_DIM, description="row length; at most AUTOTUNER_MAX_N (default 2**31-1)")
     dtype: DtypeName = Field(description=DTYPE_HELP)
     gpu: Optional[str] = Field(default=None, max_length=128,
                                description="GPU model key (h100) or device name; default AUTOTUNER_DEFAULT_GPU")
@@ -83,7 +83,7 @@ class GpuTables(BaseModel):
 
 
 class TableDocument(BaseModel):
-    """A dispatch table as ``autotuner/table.py`` defines it (more fields may be present)."""
+    """A dispatch table as ``autotuner/lookup/table.py`` defines it (more fields may be present)."""
 
     model_config = ConfigDict(extra="allow")
 

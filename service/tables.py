@@ -19,9 +19,9 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from autotuner.select import TableStore, load_shipped_tables
-from autotuner.store import tables_in_database
-from autotuner.table import DispatchTable
+from autotuner.lookup.select import TableStore, load_shipped_tables
+from autotuner.records.store import tables_in_database
+from autotuner.lookup.table import DispatchTable
 from db.queries import current_tables_stamp
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,9 @@ import statistics
 import torch
 
 from autotuner import runtime, select_kernel, softmax
-from autotuner.benchrun import peer_launchers
-from autotuner.measure import copy_reference
-from autotuner.timing import Timer
+from autotuner.report.benchrun import peer_launchers
+from autotuner.tune.measure import copy_reference
+from autotuner.tune.timing import Timer
 from kernels.reference import random_input
 
 SHAPES = [(1, 1024, "bf16"), (1, 2048, "bf16"), (4, 1024, "fp16"), (128, 1024, "fp32"), (32, 8192, "fp16"),

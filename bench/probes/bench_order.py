@@ -12,8 +12,8 @@ import json
 import torch
 
 from autotuner import softmax
-from autotuner.measure import copy_reference
-from autotuner.timing import Timer
+from autotuner.tune.measure import copy_reference
+from autotuner.tune.timing import Timer
 from kernels.reference import random_input
 
 SHAPES = [(16384, 1024, "fp32"), (16384, 2048, "fp32"), (16384, 4096, "fp16"), (16384, 4096, "bf16"),

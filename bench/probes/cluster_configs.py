@@ -15,8 +15,8 @@ import statistics
 
 import torch
 
-from autotuner.measure import copy_reference
-from autotuner.timing import Timer
+from autotuner.tune.measure import copy_reference
+from autotuner.tune.timing import Timer
 from kernels import KernelConfig, get_variant
 from kernels.reference import check_softmax, random_input
 

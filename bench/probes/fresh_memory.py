@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from autotuner.timing import Timer
+from autotuner.tune.timing import Timer
 from kernels.reference import random_input
 
 SHAPES = [(16384, 2048, "fp32"), (4096, 32000, "fp16"), (1024, 65536, "bf16"), (4096, 16384, "fp32")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from autotuner.timing import Timer
+from autotuner.tune.timing import Timer
 from kernels.base import KernelConfig
 from kernels.cuda.grid_split import GridSplitCuda
 from kernels.reference import check_softmax, random_input

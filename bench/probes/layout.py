@@ -14,7 +14,7 @@ import sys
 import torch
 
 from autotuner import select_kernel
-from autotuner.timing import Timer
+from autotuner.tune.timing import Timer
 from kernels import KernelConfig, get_variant
 from kernels.base import DTYPE_BYTES
 from kernels.reference import torch_dtype

@@ -1,7 +1,7 @@
 """Diagnostic (CPU): where a recorded sweep's leave-one-out regret comes from.
 
 For each dtype of a recording (an ``autotuner export`` file, gzipped or not), every shape is answered
-by the table refitted without it (``autotuner.fit.leave_one_out_picks``: the figures ``autotuner fit``
+by the table refitted without it (``autotuner.fit.fit.leave_one_out_picks``: the figures ``autotuner fit``
 prints), and the worst shapes are listed with the pick, the fastest candidate there and the pick's
 coverage: its share of the shape's neighbour weight (``DispatchTable.neighbours``), 1 when it was
 measured at every neighbour; for each neighbour it lacks, the constraint that keeps it out there.
@@ -22,8 +22,8 @@ from typing import Mapping
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from autotuner.exchange import import_runs
-from autotuner.fit import LeftOut, fit_inputs, leave_one_out_picks
+from autotuner.records.exchange import import_runs
+from autotuner.fit.fit import LeftOut, fit_inputs, leave_one_out_picks
 from db import GpuModel, Measurement, make_engine
 from kernels.base import check_constraints
 

@@ -1,6 +1,6 @@
 """A plain copy of a tensor's bytes (``plain_copy.cu``): the speed-of-light reference beside torch's
 ``copy_``. Not a softmax variant; the sweep's and the bench's copy reference time both and keep the
-faster (``autotuner.measure.copy_reference``).
+faster (``autotuner.tune.measure.copy_reference``).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from autotuner.select import FALLBACK_VARIANT, TableStore, UnknownGpuError
+from autotuner.lookup.select import FALLBACK_VARIANT, TableStore, UnknownGpuError
 from service.config import Settings
 from service.deps import SettingsDep, TableStoreDep
 from service.errors import ERROR_RESPONSES, ApiError, invalid
@@ -52,7 +52,7 @@ def answer_dispatch(store: TableStore, settings: Settings, query: DispatchQuery)
         raise ApiError(404, f"GPU {gpu!r} has no {dtype}/{method} table; it has: {', '.join(present)}",
                        known_gpus=known)
     try:
-        choice = store.select(m, n, dtype, gpu, method, allow_fallback=False)
+        choice = store.select_canonical(m, n, dtype, gpu, method, allow_fallback=False)  # names normalised above, once
     except UnknownGpuError:  # the table exists, but no candidate of it admits this shape
         return DispatchAnswer(m=m, n=n, dtype=dtype, gpu=gpu, timing_method=method, variant=FALLBACK_VARIANT,
                               config={}, config_key="", predicted_us=None, source="fallback", exact=False)

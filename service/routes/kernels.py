@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from autotuner.catalog import describe_variants
+from autotuner.report.catalog import describe_variants
 from service.schemas import KernelInfo
 
 router = APIRouter(tags=["kernels"])

@@ -5,7 +5,7 @@ from typing import Annotated, Literal, Optional
 
 from fastapi import APIRouter, Query
 
-from autotuner.exchange import MAX_DIM, MEASUREMENT_STATUSES, TIMING_METHODS
+from autotuner.records.exchange import MAX_DIM, MEASUREMENT_STATUSES, TIMING_METHODS
 from db.queries import MEASUREMENT_FIELDS, search_measurements
 from service.deps import SessionDep
 from service.errors import ERROR_RESPONSES

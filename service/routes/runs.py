@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
-from autotuner.exchange import ExchangeDocument, ImportSummary, import_runs, parse_document
+from autotuner.records.exchange import ExchangeDocument, ImportSummary, import_runs, parse_document
 from service.deps import SettingsDep, UploadAuthDep
 from service.errors import ERROR_RESPONSES, ApiError, invalid
 from service.schemas import ErrorBody

@@ -9,8 +9,8 @@ from typing import Annotated, Literal, Optional
 
 from fastapi import APIRouter, Header, Path, Query, Response
 
-from autotuner.exchange import TIMING_METHODS
-from autotuner.table import DispatchTable
+from autotuner.records.exchange import TIMING_METHODS
+from autotuner.lookup.table import DispatchTable
 from service.deps import LiveTablesDep
 from service.errors import ERROR_RESPONSES, ApiError
 from service.params import DTYPE_HELP, DtypeName, canonical_dtype, gpu_key

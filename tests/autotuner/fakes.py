@@ -3,7 +3,7 @@
 ``ReplayMeasurer`` answers each work item from a table of recorded results (real GPU measurements in
 the replay tests); the faulty measurers imitate what a faulting or hanging kernel does to a worker.
 ``DeterministicMeasurer`` and ``register_fake_variants`` let the real ``autotuner sweep`` command run
-on a CPU (``--measurer``/``--setup``, see ``autotuner/cli_sweep.py``).
+on a CPU (``--measurer``/``--setup``, see ``autotuner/cli/sweep.py``).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from autotuner.measure import WorkItem, failure
+from autotuner.tune.measure import WorkItem, failure
 from kernels import all_variants, register_variant
 from kernels.base import Build, KernelConfig, Variant
 

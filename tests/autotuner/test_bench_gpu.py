@@ -7,7 +7,7 @@ pytestmark = pytest.mark.gpu
 
 
 def test_bench_rows_hold_a_time_for_the_copy_the_dispatch_and_torch(monkeypatch):
-    from autotuner import benchrun
+    from autotuner.report import benchrun
 
     calls = []
     real_round = benchrun._round
@@ -35,7 +35,7 @@ def test_graph_launch_bench_times_every_contender_through_a_graph_replay(monkeyp
     and the events; the dispatched softmax and torch both get a time, and the graph is replayed."""
     import torch
 
-    from autotuner import benchrun
+    from autotuner.report import benchrun
 
     replays = []
     real_replay = torch.cuda.CUDAGraph.replay

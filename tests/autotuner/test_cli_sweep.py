@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autotuner.cli import UserError, app
-from autotuner.cli_sweep import resolve_method
+from autotuner.cli import app
+from autotuner.cli.app import UserError
+from autotuner.cli.sweep import resolve_method
 from tests.autotuner.fakes import ITEM_PAUSE_ENV
 
 REPO = Path(__file__).resolve().parents[2]
@@ -215,7 +216,7 @@ def test_a_fake_device_that_does_not_exist_is_refused(monkeypatch):
 
 
 def test_the_fake_gpu_is_ignored_without_a_test_measurer(monkeypatch):
-    from autotuner.cli_sweep import REAL_MEASURER, fake_gpu
+    from autotuner.cli.sweep import REAL_MEASURER, fake_gpu
 
     monkeypatch.setenv("AUTOTUNER_FAKE_GPU", "h100:2")
     assert fake_gpu(REAL_MEASURER) is None

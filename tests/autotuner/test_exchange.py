@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from autotuner.exchange import FORMAT_VERSION, export_runs, import_runs, parse_document
+from autotuner.records.exchange import FORMAT_VERSION, export_runs, import_runs, parse_document
 from db import queries
 from db.engine import make_engine, transaction
 from db.models import CopyReference, Environment, GpuModel, Measurement, SweepRun

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from autotuner.fit import Observation, build_document, leave_one_out_picks, leave_one_out_regret, prune
-from autotuner.measure import QUICK_REPS
+from autotuner.fit.fit import Observation, build_document, leave_one_out_picks, leave_one_out_regret, prune
+from autotuner.tune.measure import QUICK_REPS
 
 
 def observations(table: dict[tuple[int, int], dict[str, float]], quick: set[tuple[str, int, int]] = frozenset()) -> list[Observation]:

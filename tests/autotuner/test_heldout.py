@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autotuner import domain, grid
+from autotuner.tune import grid, sampling
 from autotuner.cli import app
-from autotuner.heldout import HELD_OUT_SETS, held_out_shapes, tensor_bytes
+from autotuner.report.heldout import HELD_OUT_SETS, held_out_shapes, tensor_bytes
 from kernels.base import DTYPES
 from tests.autotuner.test_cli_sweep import FAKE, finish
 
@@ -42,8 +42,8 @@ def test_held_out_shapes_are_never_swept_for_the_fit_and_fit_the_sweep_cap():
     shapes = set(held_out_shapes("domain"))
     assert not shapes & set(grid.shapes())
     assert not shapes & set(grid.shapes(EXTRA_M))
-    assert not shapes & set(domain.coarse_shapes())
-    assert all(tensor_bytes(*s) <= domain.SWEEP_MAX_TENSOR_BYTES and domain.fits(*s) for s in shapes)
+    assert not shapes & set(sampling.coarse_shapes())
+    assert all(tensor_bytes(*s) <= sampling.SWEEP_MAX_TENSOR_BYTES and sampling.fits(*s) for s in shapes)
 
 
 def test_unknown_set_is_named_with_the_known_ones():
@@ -81,13 +81,13 @@ def test_domain_sweep_command_covers_the_corners_and_resumes(tmp_path):
     its estimate, its corners are measured, and a rerun measures nothing again."""
     db = tmp_path / "domain.sqlite"
     output = run_domain_sweep(db)
-    coarse = len(domain.coarse_shapes(("fp32",)))
+    coarse = len(sampling.coarse_shapes(("fp32",)))
     assert "domain grid" in output and f"coarse lattice: {coarse} shapes" in output, output[-2000:]
     assert "an estimate" in output and "run 1: measured" in output, output[-2000:]
     with sqlite3.connect(db) as connection:
         shapes = set(connection.execute("SELECT DISTINCT m, n FROM measurements"))
         grid_row, status = connection.execute("SELECT grid, status FROM sweep_runs").fetchone()
-    assert {(1, 1), (1, domain.DOMAIN_N_MAX), (domain.DOMAIN_M_MAX, 1)} <= shapes
+    assert {(1, 1), (1, sampling.DOMAIN_N_MAX), (sampling.DOMAIN_M_MAX, 1)} <= shapes
     assert '"strategy": "domain"' in grid_row and status == "finished"
     again = run_domain_sweep(db)
     assert "run 2: measured 0 " in again, again[-2000:]

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from autotuner.sweep import Sweep, plan
-from autotuner.worker import WorkerRunner, visible_device
+from autotuner.tune.sweep import Sweep, plan
+from autotuner.tune.worker import WorkerRunner, visible_device
 from db import CopyReference, Measurement, SweepRun, make_engine
 from tests.autotuner.fakes import ITEM_PAUSE_ENV, FakeRows, FakeSplit, ReplayMeasurer, deterministic_result
 from tests.autotuner.test_sweep import ENV, GPU
@@ -184,7 +184,7 @@ def open_at(path: str, start: float) -> str:
     """Open (and so create) the database at a given moment, as sweeps started together do."""
     import time
 
-    from autotuner.parallel import open_shared_database
+    from autotuner.tune.parallel import open_shared_database
 
     while time.time() < start:
         pass

@@ -1,5 +1,5 @@
 """Portable picks, on the CPU: every shipped table x every registered variant x every GPU model of
-``autotuner/gpu_models.py``: no lookup returns a kernel the GPU cannot run, and a GPU with a table is
+``autotuner/lookup/gpu_models.py``: no lookup returns a kernel the GPU cannot run, and a GPU with a table is
 never answered from another GPU's table."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
-from autotuner.gpu_models import GPU_MODELS, donor_order, runs_on
-from autotuner.select import FALLBACK_VARIANT, TableStore, load_shipped_tables
+from autotuner.lookup.gpu_models import GPU_MODELS, donor_order, runs_on
+from autotuner.lookup.select import FALLBACK_VARIANT, TableStore, load_shipped_tables
 from kernels import KernelConfig, all_variants, get_variant
 
 SHIPPED = load_shipped_tables()
@@ -93,7 +93,7 @@ def _single_kernel_table(gpu: str, variant, config: KernelConfig, dtype: str) ->
 
 @pytest.mark.parametrize("table_gpu", ["h100", "b200"])
 def test_every_variant_is_offered_only_to_models_that_run_it(table_gpu):
-    from autotuner.table import DispatchTable
+    from autotuner.lookup.table import DispatchTable
 
     for variant in all_variants():
         if variant.backend == "unknown" or variant.name == FALLBACK_VARIANT:

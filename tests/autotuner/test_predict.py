@@ -1,13 +1,13 @@
-"""Answers outside the measured points (autotuner/predict.py), on the shipped tables and by hand."""
+"""Answers outside the measured points (autotuner/lookup/predict.py), on the shipped tables and by hand."""
 from __future__ import annotations
 
 import warnings
 
 import pytest
 
-from autotuner import predict
-from autotuner.predict import scaled
-from autotuner.select import FALLBACK_VARIANT, TableStore, load_shipped_tables
+from autotuner.lookup import predict
+from autotuner.lookup.predict import scaled
+from autotuner.lookup.select import FALLBACK_VARIANT, TableStore, load_shipped_tables
 
 SHIPPED = load_shipped_tables()
 
@@ -81,7 +81,7 @@ def _edge_scores(table, axis: str) -> tuple[list[float], list[float]]:
     predicted and measured time."""
     import math
 
-    from autotuner.table import DispatchTable
+    from autotuner.lookup.table import DispatchTable
 
     edge = max(p[axis] for p in table.points)
     reduced = DispatchTable({**table.document, "points": [p for p in table.points if p[axis] != edge]})

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotuner.measure import DROP_FACTOR, QUICK_REPS
+from autotuner.tune.measure import DROP_FACTOR, QUICK_REPS
 from tests.autotuner.recording import Timed, load_recording, write_synthetic_recording
 
 # The recorded GPU sweep to replay: an SQLite tuning database or an `autotuner export` JSON file
@@ -126,7 +126,7 @@ def test_a_recording_exported_as_gzipped_json_loads_like_the_database(tmp_path):
 
     from sqlalchemy.orm import Session
 
-    from autotuner.exchange import export_runs
+    from autotuner.records.exchange import export_runs
     from db import make_engine
 
     database = write_synthetic_recording(tmp_path / "recording.sqlite")

@@ -11,14 +11,14 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from autotuner.evaluate import ODD_M_SET_M, ODD_M_SET_N
-from autotuner.exchange import import_runs
-from autotuner.fit import fit_table
-from autotuner.measure import WorkItem
-from autotuner.select import TableStore
-from autotuner.sweep import Candidate, Sweep
-from autotuner.table import DispatchTable
-from db import Candidate as CandidateRow, GpuModel, Measurement, make_engine
+from autotuner.report.evaluate import ODD_M_SET_M, ODD_M_SET_N
+from autotuner.records.exchange import import_runs
+from autotuner.fit.fit import fit_table
+from autotuner.tune.measure import WorkItem
+from autotuner.lookup.select import TableStore
+from autotuner.tune.sweep import Candidate, Sweep
+from autotuner.lookup.table import DispatchTable
+from db import CandidateRow, GpuModel, Measurement, make_engine
 from kernels import KernelConfig, get_variant
 from tests.autotuner.fakes import ReplayMeasurer
 
@@ -134,7 +134,7 @@ def test_replaying_the_recording_through_a_sweep_reproduces_its_rows(recorded, t
         items.append(item)
         candidates[(candidate.variant, candidate.config_key)] = Candidate(candidate.variant, candidate.config_key,
                                                                          dict(candidate.config), candidate.source_hash)
-    from autotuner.gpu import GpuInfo
+    from autotuner.lookup.gpu import GpuInfo
 
     items = list({item.identity: item for item in items}.values())
     replay_engine = make_engine(str(tmp_path / "replay.sqlite"))
@@ -150,7 +150,7 @@ def test_replaying_the_recording_through_a_sweep_reproduces_its_rows(recorded, t
 
 def test_quick_drop_never_dropped_a_shapes_winner(recorded):
     """The winner of every shape got a full timing (more repetitions than the quick estimate)."""
-    from autotuner.measure import QUICK_REPS
+    from autotuner.tune.measure import QUICK_REPS
 
     engine, _, _ = recorded
     best: dict[tuple, Measurement] = {}
@@ -167,7 +167,7 @@ def test_held_out_shapes_recorded_on_the_gpu_score_the_fitted_tables(recorded, f
     """Held-out runs (off-grid M and N, tests/data/<gpu>_heldout.json.gz) never feed the fit and
     score it: every dtype is answered on every held-out shape with modest regret (12 shapes per
     dtype on both GPUs; the H100's recording adds 28 odd-M shapes, M 6-600 x N 16384-151936)."""
-    from autotuner.evaluate import held_out_scores
+    from autotuner.report.evaluate import held_out_scores
 
     engine, _, _ = recorded
     held_out = engine.held_out_path

@@ -1,7 +1,7 @@
-"""Which stored rows `sweep --retime-unstable` measures again (autotuner.retime), on plain rows."""
+"""Which stored rows `sweep --retime-unstable` measures again (autotuner.tune.retime), on plain rows."""
 from __future__ import annotations
 
-from autotuner.retime import SLOWER_THAN_LARGER, retime_keys
+from autotuner.tune.retime import SLOWER_THAN_LARGER, retime_keys
 
 
 def row(cid, m, n, median, p20=None, p80=None, status="ok", dtype="bf16"):

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from autotuner import runtime
+from kernels import replay_plan
 
 
 @pytest.mark.parametrize("shape, dim", [((3, 5), -1), ((3, 5), 0), ((2, 3, 4), 1), ((7,), 0), ((0, 4), -1)])
@@ -79,7 +80,7 @@ def test_a_plan_launches_under_a_device_guard_when_its_device_is_not_current(mon
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0x500 + index, raising=False)
     monkeypatch.setattr(torch.cuda, "device", device)
     launched_on = []
-    plan = runtime._make_plan(1, lambda x, out: launched_on.append(current[0]))
+    plan = replay_plan._make_plan(1, lambda x, out: launched_on.append(current[0]))
     x = torch.randn(2, 3)
     out = plan(x)
     assert out.shape == x.shape and out.dtype == x.dtype and out.is_contiguous()
@@ -121,14 +122,15 @@ class _Driver:
 def fake_launches(monkeypatch):
     import types
 
+    from kernels.cuda import launch as cuda_launch
     from kernels.cuda import loader
 
     driver = _Driver(4)
-    monkeypatch.setattr(loader, "_current_device", lambda: 0)
-    monkeypatch.setattr(loader, "_raw_stream", lambda index: 0x5000)
-    monkeypatch.setattr(loader, "_launch_kernel", driver.launchKernel)
+    monkeypatch.setattr(cuda_launch, "_current_device", lambda: 0)
+    monkeypatch.setattr(cuda_launch, "_raw_stream", lambda index: 0x5000)
+    monkeypatch.setattr(cuda_launch, "_launch_kernel", driver.launchKernel)
     kernel = loader.KernelLauncher(types.SimpleNamespace(kernel=types.SimpleNamespace(ptr=0xC0DE)), (128,), "PPqq")
-    return types.SimpleNamespace(driver=driver, kernel=kernel, loader=loader)
+    return types.SimpleNamespace(driver=driver, kernel=kernel, loader=loader, launch_module=cuda_launch)
 
 
 def test_a_plan_replays_the_recorded_launch_with_new_pointers_and_stream(fake_launches, monkeypatch):
@@ -139,19 +141,19 @@ def test_a_plan_replays_the_recorded_launch_with_new_pointers_and_stream(fake_la
         kernel((m,), 0, x.data_ptr(), out.data_ptr(), m, n)
 
     rows, out = torch.zeros(2, 3), torch.zeros(2, 3)
-    replay = runtime._replay_code(launch, rows, out)
+    replay = replay_plan._replay_code(launch, rows, out)
     assert len(driver.calls) == 2 and replay is not None  # two recordings, compared
 
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0x99, raising=False)
-    monkeypatch.setattr(fake_launches.loader, "_launch_kernel", None)  # the replay calls the driver itself
-    plan = runtime._make_plan(0, launch, replay)
+    monkeypatch.setattr(fake_launches.launch_module, "_launch_kernel", None)  # the replay calls the driver itself
+    plan = replay_plan._make_plan(0, launch, replay)
     x = torch.randn(2, 3)
     y = plan(x)
     assert y.shape == x.shape and y.dtype == x.dtype
     assert driver.calls[-1] == (0xC0DE, 2, 0x99, (x.data_ptr(), y.data_ptr(), 2, 3))
     misaligned = torch.randn(7)[1:].view(2, 3)
-    monkeypatch.setattr(fake_launches.loader, "_launch_kernel", driver.launchKernel)
+    monkeypatch.setattr(fake_launches.launch_module, "_launch_kernel", driver.launchKernel)
     y = plan(misaligned)  # not 16-byte aligned: the build's own launch
     assert driver.calls[-1] == (0xC0DE, 2, 0x5000, (misaligned.data_ptr(), y.data_ptr(), 2, 3))
     assert len(driver.calls) == 4
@@ -176,12 +178,12 @@ def test_a_plan_replays_several_launches_and_keeps_their_guards(monkeypatch):
     def launch(x, out):
         issued.append(("launch", x.data_ptr(), out.data_ptr()))
 
-    monkeypatch.setattr(runtime, "_recorded_launches", lambda *a: [Record("a", None), Record("b", "is_open()")])
+    monkeypatch.setattr(replay_plan, "_recorded_launches", lambda *a: [Record("a", None), Record("b", "is_open()")])
     rows = torch.zeros(2, 3)
-    replay = runtime._replay_code(launch, rows, torch.zeros(2, 3))
+    replay = replay_plan._replay_code(launch, rows, torch.zeros(2, 3))
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0x99, raising=False)
-    plan = runtime._make_plan(0, launch, replay)
+    plan = replay_plan._make_plan(0, launch, replay)
     out = plan(rows)
     assert issued == [("a", rows.data_ptr(), out.data_ptr(), 0x99), ("b", rows.data_ptr(), out.data_ptr(), 0x99)]
     open_[0] = False
@@ -219,13 +221,13 @@ def test_launches_that_are_not_safe_to_replay_are_not_recorded(fake_launches, mo
 
     rows, out = torch.zeros(1, 3), torch.zeros(1, 3)
     for launch in (with_workspace, with_a_torch_op, changing, through_torch):
-        assert runtime._replay_code(launch, rows, out) is None, launch.__name__
+        assert replay_plan._replay_code(launch, rows, out) is None, launch.__name__
     kernel.function = lambda *args, **kwargs: None  # what the CuPy path calls
-    monkeypatch.setitem(fake_launches.loader._streams, 0x5000, "stream")  # no CuPy to make one
+    monkeypatch.setitem(fake_launches.launch_module._streams, 0x5000, "stream")  # no CuPy to make one
     kernel._handles.clear()
-    assert runtime._replay_code(through_cupy, rows, out) is None
+    assert replay_plan._replay_code(through_cupy, rows, out) is None
     shifted = torch.zeros(4)[1:].view(1, 3)
-    assert runtime._replay_code(lambda x, o: kernel((1,), 0, x.data_ptr(), o.data_ptr(), 1, 3), shifted, out) is None
+    assert replay_plan._replay_code(lambda x, o: kernel((1,), 0, x.data_ptr(), o.data_ptr(), 1, 3), shifted, out) is None
 
 
 @pytest.mark.parametrize("capturing", [False, True])
@@ -262,7 +264,7 @@ def test_numpy_uint64_arguments_are_pointers_a_replay_binds_or_refuses(fake_laun
     loader = fake_launches.loader
     function = _raw_kernel(0xBEEF)
     slots = torch.zeros(8)
-    monkeypatch.setattr(loader, "_generic", {})
+    monkeypatch.setattr(fake_launches.launch_module, "_generic", {})
 
     def grid_split_like(x, out):
         loader.launch(function, (4,), (128,), (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()),
@@ -273,12 +275,12 @@ def test_numpy_uint64_arguments_are_pointers_a_replay_binds_or_refuses(fake_laun
                                               np.int64(x.shape[0]), np.int64(x.shape[1])))
 
     rows, out = torch.zeros(2, 4), torch.zeros(2, 4)
-    assert runtime._replay_code(grid_split_like, rows, out) is None
-    replay = runtime._replay_code(pointers_only, rows, out)
+    assert replay_plan._replay_code(grid_split_like, rows, out) is None
+    replay = replay_plan._replay_code(pointers_only, rows, out)
     assert replay is not None
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0x77, raising=False)
-    plan = runtime._make_plan(0, pointers_only, replay)
+    plan = replay_plan._make_plan(0, pointers_only, replay)
     x = torch.randn(2, 4)
     y = plan(x)
     assert fake_launches.driver.calls[-1] == (0xBEEF, 4, 0x77, (x.data_ptr(), y.data_ptr(), 2, 4))
@@ -290,11 +292,13 @@ def test_a_stream_buffer_is_replayed_as_recorded_only_on_its_stream(fake_launche
     otherwise launches through the build (which picks that stream's buffers)."""
     import numpy as np
 
+    from kernels.cuda import replay as cuda_replay
+
     loader = fake_launches.loader
     function = _raw_kernel(0xFACE)
     slots = torch.zeros(8)
-    monkeypatch.setattr(loader, "_generic", {})
-    monkeypatch.setattr(loader, "_stream_buffers", {})
+    monkeypatch.setattr(fake_launches.launch_module, "_generic", {})
+    monkeypatch.setattr(cuda_replay, "_stream_buffers", {})
     loader.register_stream_buffer(slots.data_ptr(), 0x5000)  # the fixture's recording stream
     built = []
 
@@ -304,12 +308,12 @@ def test_a_stream_buffer_is_replayed_as_recorded_only_on_its_stream(fake_launche
                                               np.uint64(slots.data_ptr()), np.uint64(0), np.int64(x.shape[1])))
 
     rows, out = torch.zeros(2, 4), torch.zeros(2, 4)
-    replay = runtime._replay_code(grid_split_like, rows, out)
+    replay = replay_plan._replay_code(grid_split_like, rows, out)
     assert replay is not None and replay[0] == ["raw_stream(DEVICE) == 20480"]
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
     stream = {"now": 0x5000}
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: stream["now"], raising=False)
-    plan = runtime._make_plan(0, grid_split_like, replay)
+    plan = replay_plan._make_plan(0, grid_split_like, replay)
     x = torch.randn(2, 4)
     calls_before = len(built)
     y = plan(x)
@@ -320,4 +324,4 @@ def test_a_stream_buffer_is_replayed_as_recorded_only_on_its_stream(fake_launche
     plan(x)
     assert len(built) == calls_before + 1
     loader.register_stream_buffer(slots.data_ptr(), 0x6000)  # now another stream's buffer
-    assert runtime._replay_code(grid_split_like, rows, out) is None  # recorded on 0x5000: unsafe
+    assert replay_plan._replay_code(grid_split_like, rows, out) is None  # recorded on 0x5000: unsafe

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from autotuner.select import KernelChoice, TableStore, UnknownGpuError
-from autotuner.table import DispatchTable
+from autotuner.lookup.select import KernelChoice, TableStore, UnknownGpuError
+from autotuner.lookup.table import DispatchTable
 from tests.autotuner.test_table import document
 
 
@@ -79,7 +79,7 @@ def test_runtime_replaces_a_choice_this_host_cannot_run_with_torch(monkeypatch):
 
 
 def test_the_answer_cache_is_bounded(monkeypatch):
-    from autotuner import select
+    from autotuner.lookup import select
 
     monkeypatch.setattr(select, "CACHE_LIMIT", 8)
     store = store_with("h100")
@@ -98,7 +98,7 @@ def test_gpu_spellings_resolve_alike_and_a_bad_one_raises_every_time():
 
 
 def test_select_kernel_answers_from_the_default_store_and_its_cache(monkeypatch):
-    from autotuner import select
+    from autotuner.lookup import select
 
     store = store_with("h100")
     monkeypatch.setattr(select, "_default_store", store)

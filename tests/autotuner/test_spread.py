@@ -1,9 +1,9 @@
-"""The two-sweep spread figure and winner agreement (autotuner/spread.py)."""
+"""The two-sweep spread figure and winner agreement (autotuner/report/spread.py)."""
 from __future__ import annotations
 
 import pytest
 
-from autotuner.spread import compare
+from autotuner.report.spread import compare
 
 
 def test_identical_sweeps_have_no_spread_and_agree():

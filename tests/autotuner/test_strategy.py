@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotuner import domain
-from autotuner.gpu import GpuInfo
-from autotuner.heldout import all_held_out_shapes
-from autotuner.measure import WorkItem
-from autotuner.strategy import (DomainStrategy, FixedGrid, midpoint, observations, prediction_error, run_strategy,
+from autotuner.tune import sampling
+from autotuner.lookup.gpu import GpuInfo
+from autotuner.report.heldout import all_held_out_shapes
+from autotuner.tune.measure import WorkItem
+from autotuner.tune.strategy import (DomainStrategy, FixedGrid, midpoint, observations, prediction_error, run_strategy,
                                 winner_regret)
-from autotuner.sweep import Candidate, Sweep, plan
+from autotuner.tune.sweep import Candidate, Sweep, plan
 from db import make_engine
 from kernels import all_variants
 from kernels.base import DTYPE_BYTES, DTYPES
@@ -72,7 +72,7 @@ def replay_plan(recorded: dict[tuple, dict]):  # noqa: ANN202 - (candidates, pla
 
 
 def replay_strategy(dtypes=("fp32", "bf16")) -> DomainStrategy:  # noqa: ANN001
-    return DomainStrategy(coarse=domain.coarse_shapes(dtypes, REPLAY_M, REPLAY_N))
+    return DomainStrategy(coarse=sampling.coarse_shapes(dtypes, REPLAY_M, REPLAY_N))
 
 
 def new_sweep(db: Path, candidates) -> Sweep:  # noqa: ANN001
@@ -92,27 +92,27 @@ class SlowReplay(ReplayMeasurer):
 # --- the domain and its coarse lattice ------------------------------------------------------------
 
 def test_coarse_lattice_reaches_every_corner_of_the_domain():
-    lattice = domain.coarse_shapes()
+    lattice = sampling.coarse_shapes()
     for dtype in DTYPES:
         mine = {(m, n) for m, n, d in lattice if d == dtype}
-        assert (1, 1) in mine and (1, domain.DOMAIN_N_MAX) in mine and (domain.DOMAIN_M_MAX, 1) in mine
-        widest_at_max_m = max(n for m, n in mine if m == domain.DOMAIN_M_MAX)
-        next_n = min(n for n in domain.COARSE_N if n > widest_at_max_m)
-        assert domain.DOMAIN_M_MAX * next_n * DTYPE_BYTES[dtype] > domain.SWEEP_MAX_TENSOR_BYTES  # capped, not skipped
-        tallest_at_max_n = max(m for m, n in mine if n == domain.DOMAIN_N_MAX)
-        next_m = min(m for m in domain.COARSE_M if m > tallest_at_max_n)
-        assert next_m * domain.DOMAIN_N_MAX * DTYPE_BYTES[dtype] > domain.SWEEP_MAX_TENSOR_BYTES
-    assert all(m * n * DTYPE_BYTES[d] <= domain.SWEEP_MAX_TENSOR_BYTES for m, n, d in lattice)
-    assert domain.DOMAIN_M_MAX >= 2**20 and domain.DOMAIN_N_MAX >= 2**24
+        assert (1, 1) in mine and (1, sampling.DOMAIN_N_MAX) in mine and (sampling.DOMAIN_M_MAX, 1) in mine
+        widest_at_max_m = max(n for m, n in mine if m == sampling.DOMAIN_M_MAX)
+        next_n = min(n for n in sampling.COARSE_N if n > widest_at_max_m)
+        assert sampling.DOMAIN_M_MAX * next_n * DTYPE_BYTES[dtype] > sampling.SWEEP_MAX_TENSOR_BYTES  # capped, not skipped
+        tallest_at_max_n = max(m for m, n in mine if n == sampling.DOMAIN_N_MAX)
+        next_m = min(m for m in sampling.COARSE_M if m > tallest_at_max_n)
+        assert next_m * sampling.DOMAIN_N_MAX * DTYPE_BYTES[dtype] > sampling.SWEEP_MAX_TENSOR_BYTES
+    assert all(m * n * DTYPE_BYTES[d] <= sampling.SWEEP_MAX_TENSOR_BYTES for m, n, d in lattice)
+    assert sampling.DOMAIN_M_MAX >= 2**20 and sampling.DOMAIN_N_MAX >= 2**24
 
 
 def test_coarse_lattice_holds_odd_sizes_and_is_log_spaced():
     def power_of_two(value: int) -> bool:
         return value & (value - 1) == 0
 
-    assert [n for n in domain.COARSE_N if n % 2 == 1 and n > 1] and [m for m in domain.COARSE_M if m % 2 == 1 and m > 1]
-    assert [n for n in domain.COARSE_N if not power_of_two(n)] and [m for m in domain.COARSE_M if not power_of_two(m)]
-    for axis in (domain.COARSE_M, domain.COARSE_N):
+    assert [n for n in sampling.COARSE_N if n % 2 == 1 and n > 1] and [m for m in sampling.COARSE_M if m % 2 == 1 and m > 1]
+    assert [n for n in sampling.COARSE_N if not power_of_two(n)] and [m for m in sampling.COARSE_M if not power_of_two(m)]
+    for axis in (sampling.COARSE_M, sampling.COARSE_N):
         ratios = [b / a for a, b in zip(axis, axis[1:])]
         assert all(2 <= r <= 32 for r in ratios), ratios
 
@@ -131,17 +131,17 @@ def test_item_cost_model_matches_the_recorded_h100_sweep():
             gaps.append((stamps[k] - stamps[k - 1]).total_seconds())
     a = np.vstack([np.ones(len(sizes)), sizes]).T
     fixed, per_gib = np.linalg.lstsq(a, np.array(gaps), rcond=None)[0]
-    assert fixed == pytest.approx(domain.ITEM_SECONDS, rel=0.02)
-    assert per_gib == pytest.approx(domain.ITEM_SECONDS_PER_GIB, rel=0.02)
+    assert fixed == pytest.approx(sampling.ITEM_SECONDS, rel=0.02)
+    assert per_gib == pytest.approx(sampling.ITEM_SECONDS_PER_GIB, rel=0.02)
 
 
 def test_default_domain_sweep_is_estimated_within_30_minutes_with_margin():
     """The coarse lattice (every registered variant, 3 dtypes) is estimated well inside the default budget,
     which bounds the whole sweep (refinement included) at 25 of the 30 minutes allowed."""
-    _, items = plan(all_variants(), domain.coarse_shapes())
-    coarse_s = domain.estimate_seconds(items)
-    assert coarse_s <= 0.75 * domain.DEFAULT_DOMAIN_BUDGET_S, coarse_s / 60
-    assert domain.DEFAULT_DOMAIN_BUDGET_S <= 25 * 60
+    _, items = plan(all_variants(), sampling.coarse_shapes())
+    coarse_s = sampling.estimate_seconds(items)
+    assert coarse_s <= 0.75 * sampling.DEFAULT_DOMAIN_BUDGET_S, coarse_s / 60
+    assert sampling.DEFAULT_DOMAIN_BUDGET_S <= 25 * 60
 
 
 # --- refinement -----------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ def test_refinement_follows_a_models_error(tmp_path, recorded):
     with the same winner."""
     candidates, plan_items = replay_plan(recorded)
     sweep = new_sweep(tmp_path / "r.sqlite", candidates)
-    coarse = domain.coarse_shapes(("fp32",), REPLAY_M, REPLAY_N)
+    coarse = sampling.coarse_shapes(("fp32",), REPLAY_M, REPLAY_N)
     sweep.run(ReplayMeasurer(recorded), plan_items(coarse))
     seen = observations(sweep)
     bad = (1024, 16384, "fp32")

@@ -4,9 +4,9 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from autotuner.gpu import GpuInfo
-from autotuner.measure import WorkItem, failure
-from autotuner.sweep import Sweep, plan
+from autotuner.lookup.gpu import GpuInfo
+from autotuner.tune.measure import WorkItem, failure
+from autotuner.tune.sweep import Sweep, plan
 from db import CopyReference, Measurement, SweepRun, make_engine
 from kernels.base import Build, KernelConfig, Variant
 from tests.autotuner.fakes import ReplayMeasurer
@@ -173,7 +173,7 @@ def test_retime_unstable_also_measures_a_steady_row_far_slower_than_a_larger_sha
 
 
 def test_recopy_measures_only_the_copy_references_again_and_reports_read_the_newest(tmp_path):
-    from autotuner.bench import shape_reports
+    from autotuner.report.bench import shape_reports
 
     engine = make_engine(str(tmp_path / "t.sqlite"))
     candidates, items = plan([SmallRows()], SHAPES[:2])

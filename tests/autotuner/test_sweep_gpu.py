@@ -26,10 +26,10 @@ def test_a_faulting_variant_is_recorded_and_the_sweep_finishes(tmp_path):
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
-    from autotuner.env import collect_environment
-    from autotuner.gpu import detect_gpu
-    from autotuner.sweep import Sweep, plan
-    from autotuner.worker import WorkerRunner
+    from autotuner.tune.env import collect_environment
+    from autotuner.lookup.gpu import detect_gpu
+    from autotuner.tune.sweep import Sweep, plan
+    from autotuner.tune.worker import WorkerRunner
     from db import Measurement, SweepRun, make_engine
     from kernels import get_variant, unregister_variant
     from tests.autotuner import gpu_faults

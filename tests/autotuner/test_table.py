@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.table import DispatchTable, TableFormatError, admits
+from autotuner.lookup.table import DispatchTable, TableFormatError, admits
 
 
 def document(rule="nearest-log", points=None):
@@ -73,7 +73,7 @@ def test_an_alignment_class_measured_at_one_n_does_not_speak_for_other_n():
     assert table.lookup(1, 1001).candidate == 0  # odd N far from 50257: the N=1024 points decide
 
 
-# local-regret: the rule `fit` writes (see autotuner/table.py)
+# local-regret: the rule `fit` writes (see autotuner/lookup/table.py)
 
 def grid_document(times_by_point, candidates=None, rule="local-regret"):
     """A local-regret table (or ``rule``) over the given {(m, n): [times]} points."""
@@ -159,7 +159,7 @@ def test_local_regret_judges_a_candidate_only_where_it_can_run():
 def test_local_regret_caps_what_one_noisy_estimate_can_weigh(monkeypatch):
     """Past REGRET_CAP a neighbour's regret counts as REGRET_CAP: one wild quick estimate (30x) does
     not outweigh three neighbours where the candidate is clearly best; uncapped, it would."""
-    from autotuner import table as table_module
+    from autotuner.lookup import table as table_module
 
     points = {(1, 1024): [1.0, 1.2], (1, 4096): [30.0, 1.0], (16, 1024): [1.0, 1.2], (16, 4096): [1.0, 1.2]}
     assert DispatchTable(grid_document(points)).lookup(4, 2048).candidate == 0

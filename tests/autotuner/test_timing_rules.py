@@ -1,10 +1,10 @@
-"""The measurer's rule for disturbed timings (autotuner.measure.steadiest) and the timer's argument checks, without a GPU."""
+"""The measurer's rule for disturbed timings (autotuner.tune.measure.steadiest) and the timer's argument checks, without a GPU."""
 from __future__ import annotations
 
 import pytest
 
-from autotuner.measure import RETIME_ATTEMPTS, steadiest
-from autotuner.timing import Timing, is_unstable
+from autotuner.tune.measure import RETIME_ATTEMPTS, steadiest
+from autotuner.tune.timing import Timing, is_unstable
 
 
 def timings(*spreads):
@@ -44,7 +44,7 @@ def test_a_given_first_timing_counts_as_the_first_attempt():
 def test_graph_launch_timer_rejects_the_graph_method():
     """graph_launch replays a captured call between the cold or warm method's events; the graph
     method already times replays, so asking for both is an error, raised before any GPU work."""
-    from autotuner.timing import Timer
+    from autotuner.tune.timing import Timer
 
     with pytest.raises(ValueError, match="graph_launch"):
         Timer("graph", graph_launch=True)

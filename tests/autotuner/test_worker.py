@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.measure import WorkItem
-from autotuner.worker import WorkerRunner
+from autotuner.tune.measure import WorkItem
+from autotuner.tune.worker import WorkerRunner
 
 FACTORY = "tests.autotuner.fakes:FaultyMeasurer"
 

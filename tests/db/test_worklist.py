@@ -15,7 +15,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from autotuner.parallel import SharedWorkList
+from autotuner.tune.parallel import SharedWorkList
 from db import make_engine, queries, worklist
 from db.models import SweepRun, WorkListEntry
 from db.retry import in_transaction

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from kernels.base import KernelConfig
+from kernels.cuda import launch as cuda_launch
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 
@@ -59,15 +60,15 @@ class FakeKernel:
 def fake_gpu(monkeypatch):
     device = [0]
     driver = FakeDriver((8, 8, 8, 8))
-    monkeypatch.setattr(loader, "_current_device", lambda: device[0])
-    monkeypatch.setattr(loader, "_raw_stream", lambda index: 0x5000 + index)
-    monkeypatch.setattr(loader, "_launch_kernel", driver.launchKernel)
+    monkeypatch.setattr(cuda_launch, "_current_device", lambda: device[0])
+    monkeypatch.setattr(cuda_launch, "_raw_stream", lambda index: 0x5000 + index)
+    monkeypatch.setattr(cuda_launch, "_launch_kernel", driver.launchKernel)
     fake_cupy = types.ModuleType("cupy")
     fake_cupy.cuda = types.SimpleNamespace(driver=driver, ExternalStream=lambda handle: ("stream", handle))
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
     monkeypatch.setitem(sys.modules, "cupy.cuda", fake_cupy.cuda)
-    monkeypatch.setattr(loader, "_streams", {})
-    monkeypatch.setattr(loader, "_generic", {})
+    monkeypatch.setattr(cuda_launch, "_streams", {})
+    monkeypatch.setattr(cuda_launch, "_generic", {})
     return types.SimpleNamespace(device=device, driver=driver, kernel=FakeKernel(device))
 
 
@@ -144,8 +145,8 @@ def test_launch_maps_numpy_scalars_to_parameter_kinds(fake_gpu):
     args = (np.uint64(4096), np.int64(-3), np.int32(7))
     loader.launch(fake_gpu.kernel, (2, 1, 1), (64, 1, 1), args)
     loader.launch(fake_gpu.kernel, (2, 1, 1), (64, 1, 1), args)
-    assert len(loader._generic) == 1
-    (launcher,) = loader._generic.values()
+    assert len(cuda_launch._generic) == 1
+    (launcher,) = cuda_launch._generic.values()
     assert launcher.kinds == "Pqi"  # numpy.uint64 is a pointer (replays bind or refuse it)
     assert fake_gpu.driver.calls[0][1] == [struct.pack("<Q", 4096), struct.pack("<q", -3), struct.pack("<i", 7)]
     assert fake_gpu.kernel.cupy_calls == []

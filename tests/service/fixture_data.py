@@ -2,7 +2,7 @@
 
 Until a real recorded sweep is committed under tests/data/, the timings come from a small cost model
 (launch overhead + bytes / bandwidth per variant, with shape limits) chosen so that different variants
-win in different regions of the M × N map; the tables are fitted by hand in ``autotuner/table.py``'s
+win in different regions of the M × N map; the tables are fitted by hand in ``autotuner/lookup/table.py``'s
 format (per-point times of every candidate, copy reference, regret figures).
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ def copy_time_us(m: int, n: int, dtype: str) -> float:
 
 def table_payload(gpu: str, gpu_name: str, dtype: str, run_id: int, rule: str = "interp-log",
                   speedup: float = 1.0) -> dict[str, Any]:
-    """A fitted table in ``autotuner/table.py``'s format; ``speedup`` scales every time (a "refit")."""
+    """A fitted table in ``autotuner/lookup/table.py``'s format; ``speedup`` scales every time (a "refit")."""
     points = []
     regrets = []
     for m in MS:

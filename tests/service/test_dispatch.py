@@ -164,3 +164,17 @@ def test_the_fast_path_leaves_errors_and_odd_queries_to_the_route(settings):
         repeated = client.get("/dispatch?m=8&m=4096&n=64&dtype=bf16&gpu=h100")
         assert repeated.status_code == 200 and repeated.json()["m"] == 4096  # FastAPI's reading: the last one
     assert app.fast_dispatch.fast_answers == 0 and len(app.fast_dispatch) == 0
+
+
+def test_dispatch_normalises_dtype_and_gpu_names_once(client, monkeypatch):
+    """The route normalises the names (service.params); the lookup then takes them as canonical."""
+    from autotuner.lookup import select
+
+    def refuse(*args):
+        raise AssertionError(f"normalised a second time: {args}")
+
+    monkeypatch.setattr(select, "normalize_dtype", refuse)
+    monkeypatch.setattr(select, "_gpu_key", refuse)
+    monkeypatch.setattr(select, "DTYPE_ALIASES", {})
+    body = client.get("/dispatch", params={"m": 3000, "n": 50257, "dtype": "bfloat16", "gpu": "NVIDIA H100 80GB HBM3"}).json()
+    assert (body["dtype"], body["gpu"], body["source"]) == ("bf16", "h100", "table")

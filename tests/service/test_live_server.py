@@ -11,7 +11,7 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session
 
-from autotuner.exchange import export_runs
+from autotuner.records.exchange import export_runs
 from db.engine import make_engine
 from scripts.load_dispatch import request_lines, run_load
 from service.config import Settings

@@ -9,9 +9,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from autotuner.exchange import export_runs
+from autotuner.records.exchange import export_runs
 from db.engine import make_engine
-from db.models import Candidate, GpuModel, Measurement, SweepRun
+from db.models import CandidateRow, GpuModel, Measurement, SweepRun
 from service.app import create_app
 from service.config import Settings
 from tests.service.fixture_data import UPLOAD_TOKEN
@@ -39,7 +39,7 @@ def row_counts(url: str) -> tuple[int, ...]:
     engine = make_engine(url)
     with Session(engine) as session:
         counts = tuple(session.scalar(select(func.count()).select_from(model))
-                       for model in (GpuModel, SweepRun, Candidate, Measurement))
+                       for model in (GpuModel, SweepRun, CandidateRow, Measurement))
     engine.dispose()
     return counts
 

@@ -1,0 +1,140 @@
+"""CLI commands for evaluating dispatch tables and the dispatched softmax (registered on ``cli.app``)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, console, friendly, out, print_json, print_table
+
+SetOption = Annotated[Optional[str], typer.Option(
+    "--set", help="A named held-out set over the whole domain (autotuner/report/heldout.py): attention, vocab, long, odd, "
+                  "small_m, huge_m, or domain (all of them). Replaces --m/--n.")]
+
+
+def set_shapes(name: str | None, m: str | None, n: str | None, dtypes: list[str]) -> list[tuple[int, int, str]] | None:
+    """The (M, N, dtype) of ``--set NAME``, or None without it; a clear error for an unknown name or
+    for --m/--n beside it."""
+    if name is None:
+        return None
+    if m or n:
+        raise UserError("--set names the shapes; drop --m/--n (or drop --set)", code=2)
+    from autotuner.report.heldout import held_out_shapes
+
+    try:
+        return held_out_shapes(name, dtypes)
+    except ValueError as error:
+        raise UserError(f"--set: {error}", code=2) from None
+
+
+@app.command()
+@friendly
+def evaluate(
+    gpu: Annotated[str, typer.Option(help="GPU model whose tables to score (h100, ...) or 'auto' (sweeps need the GPU).")],
+    db: DbOption = None,
+    dtype: DtypesOption = "all",
+    m: Annotated[Optional[str], typer.Option("--m", help="Held-out M list (default: 3,77,500,2000,6000).")] = None,
+    n: Annotated[Optional[str], typer.Option("--n", help="Held-out N list (default: 1000,...,200000, off the grid).")] = None,
+    shape_set: SetOption = None,
+    method: MethodOption = "cold",
+    sweep: Annotated[bool, typer.Option("--sweep/--no-sweep", help="Measure the held-out shapes first (needs the GPU).")] = True,
+    device: Annotated[int, typer.Option(help="CUDA device index for the held-out sweep.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
+) -> None:
+    """Sweep held-out shapes (never used by fit) and score each current table's regret on them."""
+    import sys
+
+    from sqlalchemy.orm import Session
+
+    from autotuner.tune import grid as grids
+    from autotuner.report.evaluate import HELD_OUT_M, HELD_OUT_N, HELD_OUT_PURPOSE, held_out_scores
+    from autotuner.lookup.gpu import resolve_gpu, validate_gpu_key
+    from autotuner.records.store import tables_in_database
+    from db.engine import make_engine
+
+    check_method(method)
+    dtypes = grids.parse_dtypes(dtype)
+    named = set_shapes(shape_set, m, n, dtypes)
+    engine = make_engine(db)
+    key = validate_gpu_key(gpu) if gpu != "auto" else None
+    if sweep:
+        from autotuner.tune.env import collect_environment
+        from autotuner.tune.progress import SweepProgress
+        from autotuner.tune.sweep import Sweep, plan, usable_variants
+        from autotuner.tune.worker import WorkerRunner
+        from kernels import all_variants
+
+        ms = grids.parse_int_list(m, "--m") if m else list(HELD_OUT_M)
+        ns = grids.parse_int_list(n, "--n") if n else list(HELD_OUT_N)
+        shapes = named if named is not None else grids.shapes(ms, ns, dtypes)
+        described = {"m": ms, "n": ns} if named is None else {
+            "set": shape_set, "m": sorted({s[0] for s in named}), "n": sorted({s[1] for s in named})}
+        info = resolve_gpu(gpu, device)
+        key = info.key
+        variants, _ = usable_variants(all_variants())
+        candidates, items = plan(variants, shapes)
+        held_out = Sweep(engine, info, collect_environment(), method, candidates, command=" ".join(sys.argv),
+                         grid={**described, "purpose": HELD_OUT_PURPOSE})
+        with WorkerRunner(device, method) as runner, SweepProgress(console, len(items)) as progress:
+            held_out.run(runner, items, progress.update)
+    scores = {}
+    for table in tables_in_database(engine=engine):
+        if table.gpu == key and table.dtype in dtypes and table.timing_method == method:
+            with Session(engine) as session:
+                scores[table.dtype] = held_out_scores(
+                    session, table, only={(m_, n_) for m_, n_, d in named if d == table.dtype} if named else None)
+    if not scores:
+        raise UserError(f"no fitted {method} table for {key}: run `autotuner fit --gpu {key}` first")
+    if as_json:
+        print_json(scores)
+        return
+    report = Table("dtype", "held-out shapes", "regret geomean", "p95", "max", "misses")
+    for dt, score in scores.items():
+        report.add_row(dt, str(score["shapes"]), *(f"{score[k]:.4f}" if score[k] else "-" for k in ("geomean", "p95", "max")),
+                       str(score["misses"]))
+    print_table(report)
+
+
+@app.command()
+@friendly
+def bench(
+    dtype: DtypesOption = "all",
+    m: Annotated[Optional[str], typer.Option("--m", help="M list (default: the sweep grid's).")] = None,
+    n: Annotated[Optional[str], typer.Option("--n", help="N list (default: the sweep grid's).")] = None,
+    held_out: Annotated[bool, typer.Option("--held-out", help="Use the held-out shape lists instead of the grid.")] = False,
+    shape_set: SetOption = None,
+    method: MethodOption = "cold",
+    output: Annotated[str, typer.Option(help="Folder for bench.csv and bench.png.")] = "bench-out",
+    rounds: Annotated[int, typer.Option(min=1, max=20, help="Rounds per shape, each on fresh buffers in a "
+                                        "rotated order: kernels report their median round, the copy its fastest.")] = 3,
+    graph_launch: Annotated[bool, typer.Option("--graph-launch", help="Time each call as a CUDA-graph replay of "
+                                               "it (cold or warm method): every contender reaches the GPU the same "
+                                               "way, whatever its Python launch costs the host.")] = False,
+) -> None:
+    """Time the dispatched softmax against a copy of the same bytes, torch.softmax, QuACK and Liger."""
+    from autotuner.tune import grid as grids
+    from autotuner.report.benchrun import bench_shapes, summarize, write_outputs
+    from autotuner.report.evaluate import HELD_OUT_M, HELD_OUT_N
+    from autotuner.lookup.gpu import detect_gpu
+
+    check_method(method)
+    if graph_launch and method == "graph":
+        raise UserError("--graph-launch goes with --method cold or warm: --method graph already replays graphs", code=2)
+    if shape_set is not None and held_out:
+        raise UserError("--set and --held-out both name the shapes; give one", code=2)
+    default_m, default_n = (HELD_OUT_M, HELD_OUT_N) if held_out else (grids.DEFAULT_M, grids.DEFAULT_N)
+    ms = grids.parse_int_list(m, "--m") if m else list(default_m)
+    ns = grids.parse_int_list(n, "--n") if n else list(default_n)
+    dtypes = grids.parse_dtypes(dtype)
+    named = set_shapes(shape_set, m, n, dtypes)
+    shapes = sorted(named if named is not None else grids.shapes(ms, ns, dtypes), key=lambda s: (s[2], s[0], s[1]))
+    info = detect_gpu()  # after the flags: a bad flag is named even where no GPU is
+    rows = bench_shapes(shapes, method, rounds=rounds, graph_launch=graph_launch,
+                        progress=lambda line: console.print(line, highlight=False))
+    written = write_outputs(rows, Path(output), info.name)
+    for dt in sorted({r["dtype"] for r in rows}):
+        figures = summarize([r for r in rows if r["dtype"] == dt])
+        out.print(f"{info.key} {dt}: {figures}", highlight=False)
+    out.print(f"overall: {summarize(rows)}; wrote {', '.join(map(str, written))}", highlight=False)

@@ -1,0 +1,68 @@
+"""``autotuner export`` / ``autotuner import``: move sweep results between databases as JSON
+(the same document the service's ``POST /runs`` accepts)."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from autotuner.cli.app import DbOption, UserError, app, friendly, out, print_json
+
+
+def _open_text(path: Path, mode: str):  # noqa: ANN202 - a text file, gzip-compressed if named *.gz
+    return gzip.open(path, mode + "t") if path.suffix == ".gz" else open(path, mode)
+
+
+@app.command("export")
+@friendly
+def export_command(
+    output: Annotated[str, typer.Argument(help="File to write (.json, or .json.gz to compress); '-' for stdout.")],
+    db: DbOption = None,
+    gpu: Annotated[Optional[str], typer.Option(help="Only runs of this GPU model.")] = None,
+    run: Annotated[Optional[list[int]], typer.Option("--run", help="Only these run ids (repeatable).")] = None,
+) -> None:
+    """Write sweep runs (candidates, measurements, copy references) as an exchange document."""
+    from sqlalchemy.orm import Session
+
+    from autotuner.records.exchange import export_runs
+    from db.engine import make_engine
+
+    with Session(make_engine(db, create=False)) as session:
+        document = export_runs(session, run_ids=run, gpu_key=gpu)
+    if not document["runs"]:
+        raise UserError("no runs matched: nothing exported")
+    text = json.dumps(document, default=str)
+    if output == "-":
+        out.print(text, highlight=False, soft_wrap=True)
+        return
+    with _open_text(Path(output), "w") as handle:
+        handle.write(text)
+    out.print(f"exported {len(document['runs'])} run(s) to {output}", highlight=False)
+
+
+@app.command("import")
+@friendly
+def import_command(
+    source: Annotated[str, typer.Argument(help="Exchange document (.json or .json.gz).")],
+    db: DbOption = None,
+) -> None:
+    """Load an exchange document into the database, all or nothing."""
+    from sqlalchemy.orm import Session
+
+    from autotuner.records.exchange import import_runs
+    from db.engine import make_engine
+
+    path = Path(source)
+    if not path.is_file():
+        raise UserError(f"no such file: {source}", code=2)
+    try:
+        with _open_text(path, "r") as handle:
+            data = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {source}: {exc}") from None
+    with Session(make_engine(db), expire_on_commit=False) as session, session.begin():
+        summary = import_runs(session, data)
+    print_json(summary.model_dump(mode="json"))

@@ -1,0 +1,1 @@
+"""Fitting dispatch tables from measurements, with their leave-one-out regret."""

@@ -1,0 +1,303 @@
+"""Fitting dispatch tables from measurements, and scoring them by cross-validated regret.
+
+For one (GPU model, dtype, timing method): take the newest "ok" time of every candidate on every shape
+(from runs of one environment: the newest, unless ``environment_id`` says otherwise), drop candidates
+that ever failed verification or faulted on this dtype (never chosen), drop rows whose source hash is
+not the variant's current source, prune candidates that never win by more than ``prune_margin``, and
+write the table document of ``autotuner/lookup/table.py`` (lookup rule ``local-regret-clamped`` by default).
+
+Regret of a table on a shape = median time of the candidate it chooses there / the fastest median
+time of any candidate the fit may dispatch to (every verified candidate, before pruning; peers
+excluded) at that shape. The chosen candidate's time is whatever was measured, a full timing or the
+sweep's quick estimate (``measure.QUICK_REPS`` repetitions, kept for candidates already > 1.5x slower
+than the best so far); the fastest is always a full timing, since a quick row is by construction
+more than 1.5x the shape's best. The fit reports leave-one-out regret: each measured shape is
+answered by the table refitted (pruning included) without that shape, so nothing of it reaches its
+own prediction; ``quick_picks`` counts the shapes where that answer had only a quick estimate.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Sequence
+
+from sqlalchemy.orm import Session
+
+from autotuner.tune.measure import QUICK_REPS
+from autotuner.lookup.table import DEFAULT_RULE, FORMAT_VERSION, DispatchTable
+from db import queries
+
+BAD_STATUSES = ("wrong", "fault")
+# Peers (QuACK, Liger) are measured for comparison but never dispatched to by default: a table
+# shipped to hosts without those packages must only name kernels this project carries.
+EXCLUDED_BACKENDS = ("external",)
+# 3 %. 1 % gave lower leave-one-out regret on the recorded sweeps (H100 1.024 / 1.023 / 1.021 against
+# 1.027 / 1.027 / 1.021) but kept 24-28 candidates instead of 15-21, more of them measured at only
+# some neighbours of a shape, which made a first lookup about 50 % slower (2026-11-23).
+DEFAULT_PRUNE_MARGIN = 0.03
+
+
+class FitError(RuntimeError):
+    """Nothing to fit (no measurements of that GPU/dtype/method), with what was looked for."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    variant: str
+    config_key: str
+    config: dict[str, Any]
+    m: int
+    n: int
+    median_us: float
+    repetitions: int | None = None  # QUICK_REPS or fewer: the sweep's quick estimate only
+
+
+def select_observations(rows: Sequence[tuple[Any, Any, Any]], current_hash: Callable[[str], str | None],
+                        any_source: bool = False, include: Callable[[str], bool] = lambda name: True) -> tuple[list[Observation], set[tuple[str, str]], list[int]]:
+    """Newest ok time per (candidate, shape); the set of candidates with a bad row; the run ids used.
+
+    ``rows`` are (Measurement, Candidate, SweepRun), newest run first. ``current_hash(variant)`` is
+    the variant's source hash now (None if the variant is not registered here: its rows are skipped).
+    """
+    seen: set[tuple[str, str, int, int]] = set()
+    banned: set[tuple[str, str]] = set()
+    observations: list[Observation] = []
+    runs: set[int] = set()
+    for measurement, candidate, run in rows:
+        hash_now = current_hash(candidate.variant)
+        if not include(candidate.variant) or hash_now is None or (not any_source and candidate.source_hash != hash_now):
+            continue
+        identity = (candidate.variant, candidate.config_key)
+        if measurement.status in BAD_STATUSES:
+            banned.add(identity)
+        key = (*identity, measurement.m, measurement.n)
+        if key in seen or measurement.status != "ok" or not measurement.median_us:
+            continue
+        seen.add(key)
+        runs.add(run.id)
+        observations.append(Observation(candidate.variant, candidate.config_key, dict(candidate.config),
+                                        measurement.m, measurement.n, float(measurement.median_us),
+                                        measurement.repetitions))
+    return [o for o in observations if (o.variant, o.config_key) not in banned], banned, sorted(runs)
+
+
+def build_document(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
+                   *, gpu: str, gpu_name: str, dtype: str, timing_method: str, rule: str = DEFAULT_RULE,
+                   copy_times: dict[tuple[int, int], float] | None = None, prune_margin: float = DEFAULT_PRUNE_MARGIN,
+                   source_runs: Sequence[int] = (), environment: dict[str, Any] | None = None,
+                   requirements: Callable[[str, dict[str, Any]], dict[str, int]] | None = None) -> dict[str, Any]:
+    """The table document for these observations (see ``autotuner/lookup/table.py``), pruned; each
+    candidate carries ``requirements(variant, config)`` (what a GPU needs to run it) when given."""
+    candidate_keys = sorted({(o.variant, o.config_key) for o in observations})
+    configs = {(o.variant, o.config_key): o.config for o in observations}
+    shapes = sorted({(o.m, o.n) for o in observations})
+    times = {(o.variant, o.config_key, o.m, o.n): o.median_us for o in observations}
+    kept = prune(candidate_keys, shapes, times, prune_margin)
+    copy_times = copy_times or {}
+    return {
+        "format_version": FORMAT_VERSION,
+        "gpu": gpu, "gpu_name": gpu_name, "dtype": dtype, "timing_method": timing_method, "rule": rule,
+        "prune_margin": prune_margin,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "source_runs": list(source_runs), "environment": environment or {},
+        "candidates": [
+            {"variant": v, "config_key": k, "config": configs[(v, k)], "constraints": constraints(v, configs[(v, k)]),
+             **({"requires": requirements(v, configs[(v, k)])} if requirements else {})}
+            for v, k in kept
+        ],
+        "points": [
+            {"m": m, "n": n, "copy_us": copy_times.get((m, n)), "times": [times.get((v, k, m, n)) for v, k in kept]}
+            for m, n in shapes
+        ],
+    }
+
+
+def prune(candidates: Sequence[tuple[str, str]], shapes: Sequence[tuple[int, int]],
+          times: dict[tuple[str, str, int, int], float], margin: float) -> list[tuple[str, str]]:
+    """Drop, fewest wins first, each candidate whose removal slows no shape's best by more than
+    ``margin`` and leaves every shape it was measured on with another measured candidate."""
+    return _prune(candidates, _times_by_shape(candidates, shapes, times), margin)
+
+
+def _times_by_shape(candidates: Sequence[tuple[str, str]], shapes: Sequence[tuple[int, int]],
+                    times: dict[tuple[str, str, int, int], float]) -> dict[tuple[int, int], dict[tuple[str, str], float]]:
+    wanted = set(candidates)
+    rows: dict[tuple[int, int], dict[tuple[str, str], float]] = {shape: {} for shape in shapes}
+    for (variant, config_key, m, n), time in times.items():
+        row = rows.get((m, n))
+        if row is not None and (variant, config_key) in wanted:
+            row[(variant, config_key)] = time
+    return rows
+
+
+def _prune(candidates: Sequence[tuple[str, str]], rows: dict[tuple[int, int], dict[tuple[str, str], float]],
+           margin: float) -> list[tuple[str, str]]:
+    """``prune`` on times grouped by shape. A candidate goes when every shape where it is within
+    ``margin`` of the best keeps another candidate within ``margin`` (the same test, counted)."""
+    near: dict[tuple[str, str], list[tuple[int, int]]] = {c: [] for c in candidates}
+    wins = dict.fromkeys(candidates, 0)
+    count: dict[tuple[int, int], int] = {}
+    for shape, row in rows.items():
+        if not row:
+            continue
+        best = min(row.values())
+        count[shape] = 0
+        for candidate, time in row.items():
+            wins[candidate] += time == best
+            if time <= best * (1 + margin):
+                near[candidate].append(shape)
+                count[shape] += 1
+    dropped = set()
+    for candidate in sorted(candidates, key=lambda c: (wins[c], c)):
+        if all(count[shape] >= 2 for shape in near[candidate]):
+            for shape in near[candidate]:
+                count[shape] -= 1
+            dropped.add(candidate)
+    return [c for c in candidates if c not in dropped]
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """One shape of a leave-one-out score: what the table refitted without that shape chose there."""
+    m: int
+    n: int
+    chosen: tuple[str, str] | None  # (variant, config_key); None: the table had no answer
+    best: tuple[str, str]  # the fastest candidate measured here, pruned or not
+    regret: float
+    missed: bool  # the choice was not measured here: scored as the slowest measured
+    quick: bool  # the choice had only the sweep's quick estimate here
+    table: DispatchTable  # the refitted table that answered, for diagnosis
+
+
+def leave_one_out_picks(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
+                        *, rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN) -> list[LeftOut]:
+    """For every measured shape (none if there is only one), the answer of the table refitted, pruning
+    included, from the other shapes alone: nothing of the left-out shape reaches its own prediction."""
+    candidates = sorted({(o.variant, o.config_key) for o in observations})
+    configs = {(o.variant, o.config_key): o.config for o in observations}
+    entries = {c: {"variant": c[0], "config_key": c[1], "config": configs[c], "constraints": constraints(c[0], configs[c])}
+               for c in candidates}
+    shapes = sorted({(o.m, o.n) for o in observations})
+    times = {(o.variant, o.config_key, o.m, o.n): o.median_us for o in observations}
+    quick = {(o.variant, o.config_key, o.m, o.n) for o in observations
+             if o.repetitions is not None and o.repetitions <= QUICK_REPS}
+    rows = _times_by_shape(candidates, shapes, times)
+    picks: list[LeftOut] = []
+    for held_out in shapes if len(shapes) > 1 else ():
+        rest = [s for s in shapes if s != held_out]
+        kept = _prune(candidates, {s: rows[s] for s in rest}, prune_margin)
+        reduced = DispatchTable({"format_version": FORMAT_VERSION, "gpu": "-", "dtype": "-", "rule": rule,
+                                 "candidates": [entries[c] for c in kept],
+                                 "points": [{"m": m, "n": n, "times": [times.get((*c, m, n)) for c in kept]} for m, n in rest]})
+        pick = reduced.lookup(*held_out)
+        measured = rows[held_out]
+        chosen = kept[pick.candidate] if pick is not None else None
+        chosen_us = measured.get(chosen) if chosen else None
+        best = min(measured, key=measured.__getitem__)
+        scored_us = chosen_us if chosen_us is not None else max(measured.values())  # a miss counts as the slowest
+        picks.append(LeftOut(*held_out, chosen, best, scored_us / measured[best],
+                             chosen_us is None, chosen is not None and (*chosen, *held_out) in quick, reduced))
+    return picks
+
+
+def leave_one_out_regret(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
+                         *, rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN) -> dict[str, Any]:
+    """Geomean, p95 and max of :func:`leave_one_out_picks`' regrets, with misses (choices not
+    measured at the shape, scored as its slowest) and quick_picks (see the module docstring)."""
+    picks = leave_one_out_picks(observations, constraints, rule=rule, prune_margin=prune_margin)
+    result = summarize_regret([p.regret for p in picks], method="leave-one-out", misses=sum(p.missed for p in picks))
+    result["quick_picks"] = sum(p.quick for p in picks)
+    return result
+
+
+def summarize_regret(regrets: Sequence[float], method: str, misses: int = 0) -> dict[str, Any]:
+    if not regrets:
+        return {"geomean": None, "p95": None, "max": None, "method": method, "shapes": 0, "misses": misses}
+    ordered = sorted(regrets)
+    p95 = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+    geomean = math.exp(sum(math.log(r) for r in ordered) / len(ordered))
+    return {"geomean": round(geomean, 4), "p95": round(p95, 4), "max": round(ordered[-1], 4),
+            "method": method, "shapes": len(ordered), "misses": misses}
+
+
+@dataclass(frozen=True)
+class FitInputs:
+    """What a fit of one (GPU model, dtype, timing method) reads (see :func:`fit_inputs`)."""
+    gpu: Any  # the GpuModel row
+    observations: list[Observation]
+    banned: set[tuple[str, str]]  # candidates with a failing row: never fitted
+    runs: list[int]
+    environment_id: int | None
+    constraints: Callable[[str, dict[str, Any]], dict[str, int]]  # (variant, config) -> its limits on this dtype
+    requirements: Callable[[str, dict[str, Any]], dict[str, int]]  # (variant, config) -> what a GPU needs to run it
+
+
+def fit_inputs(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
+               environment_id: int | None = None, any_source: bool = False, include_peers: bool = False) -> FitInputs:
+    """The observations a fit uses (see the module docstring) and the candidates' constraints;
+    raises :class:`FitError` when there are none."""
+    from kernels import KernelConfig, get_variant
+
+    hashes: dict[str, str | None] = {}
+
+    def current_hash(name: str) -> str | None:  # once per variant: hashing reads its source files
+        if name not in hashes:
+            try:
+                hashes[name] = get_variant(name).source_hash()
+            except KeyError:
+                hashes[name] = None
+        return hashes[name]
+
+    constraints_seen: dict[tuple[str, str], dict[str, int]] = {}
+
+    def constraints(name: str, config: dict[str, Any]) -> dict[str, int]:
+        key = (name, KernelConfig.from_dict(config).key)
+        if key not in constraints_seen:
+            constraints_seen[key] = dict(get_variant(name).constraints(KernelConfig.from_dict(config), dtype))
+        return constraints_seen[key]
+
+    def requirements(name: str, config: dict[str, Any]) -> dict[str, int]:
+        return dict(get_variant(name).requirements(KernelConfig.from_dict(config), dtype))
+
+    gpu = queries.gpu_by_key(session, gpu_key)
+    if gpu is None:
+        known = ", ".join(g.key for g in queries.list_gpus(session)) or "none"
+        raise FitError(f"no measurements of GPU {gpu_key!r} in this database; GPUs measured: {known}")
+    rows = queries.measurements_for(session, gpu_key, dtype, timing_method)
+    if environment_id is None and rows:
+        environment_id = rows[0][2].environment_id  # newest run's environment
+    rows = [r for r in rows if r[2].environment_id == environment_id
+            and (r[2].grid or {}).get("purpose") != "held-out"]  # held-out shapes only score tables
+    def include(name: str) -> bool:
+        try:
+            return include_peers or get_variant(name).backend not in EXCLUDED_BACKENDS
+        except KeyError:
+            return False
+
+    observations, banned, runs = select_observations(rows, current_hash, any_source, include)
+    if not observations:
+        raise FitError(f"no verified measurements of {gpu_key}/{dtype} with timing method {timing_method!r}")
+    return FitInputs(gpu, observations, banned, runs, environment_id, constraints, requirements)
+
+
+def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
+              rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN, environment_id: int | None = None,
+              any_source: bool = False, include_peers: bool = False, save: bool = True) -> dict[str, Any]:
+    """Fit, score and (if ``save``) store the table of one (GPU, dtype, method); returns the document."""
+    inputs = fit_inputs(session, gpu_key, dtype, timing_method, environment_id=environment_id,
+                        any_source=any_source, include_peers=include_peers)
+    observations, constraints, runs = inputs.observations, inputs.constraints, inputs.runs
+    copies = {(c.m, c.n): c.median_us for c in reversed(queries.copy_references_for(session, gpu_key, dtype, timing_method))
+              if c.run_id in runs}
+    document = build_document(observations, constraints, gpu=gpu_key, gpu_name=inputs.gpu.name, dtype=dtype,
+                              timing_method=timing_method, rule=rule, copy_times=copies,
+                              prune_margin=prune_margin, source_runs=runs,
+                              environment={"id": inputs.environment_id}, requirements=inputs.requirements)
+    document["regret"] = leave_one_out_regret(observations, constraints, rule=rule, prune_margin=prune_margin)
+    document["excluded_failing"] = sorted(f"{v}[{k}]" for v, k in inputs.banned)
+    if save:
+        queries.save_table(session, inputs.gpu, dtype, timing_method, document, source_runs=runs,
+                           candidate_count=len(document["candidates"]), regret=document["regret"],
+                           environment_id=inputs.environment_id)
+    return document

@@ -1,0 +1,164 @@
+"""A table's answer for any shape: its lookup rule inside the measured domain, a per-candidate
+scaling model outside it, and ``torch_softmax`` where nothing measured vouches for a candidate.
+
+The measured domain of a table is N from its smallest to its largest measured N and M from 0 to its
+largest measured M. Inside it, ``DispatchTable.lookup`` answers (rule ``table``: the measured
+winner, or the local-regret prediction between measured points), so in-grid picks are the fit's.
+
+Outside it (rule ``model``), each candidate's time is read from its own measurements, first along N
+on every measured row M, then along M across those rows, by :func:`scaled`:
+
+- between two measured points: interpolation of log time in log size;
+- past the largest measured size x2: t(x) = t(x2) (x / x2)^s, with s the candidate's measured
+  exponent between its two largest sizes x1 < x2 on that line, floored at 0. A candidate whose time
+  grew faster than the work there (s > ``SCALE_LIMIT``: it is falling off a capacity cliff) is not
+  extrapolated: nothing measured vouches for it past x2. A candidate measured at one size only
+  (on that line) is taken to scale with the work (s = 1), the most a kernel within its capacity
+  (its constraints admit the shape) was seen to grow;
+- below the smallest measured size: no value. A kernel's cost per row does not shrink below its
+  capacity (a block of 512 threads spends as long on a row of 64 as on one of 1024), so rows shorter
+  than any measured one are not predicted from longer ones.
+
+Between measured points inside the domain, ``predicted_us`` of the table rule's pick is also this
+model's (where it has one). The prediction is at least the bytes the shape moves (read + write) at the best bandwidth the
+table's copy kernel reached, so ``predicted_us`` grows with the work. Which candidate answers: past
+the N edge, the fastest predicted; past the M edge only, the table rule's pick among the candidates
+with a prediction (its ranking at the edge row). If no candidate has a prediction, the answer is
+``torch_softmax`` (rule ``outside-measured``). Examples (H100 fp32 table, N measured 1024..262144, M up to 16384):
+(16384, 64) and (200000, 64) answer ``torch_softmax`` (N below every measured N); (200000, 4096)
+answers the table rule's pick at (16384, 4096), its time scaled by its measured M exponent (about
+12x); (1, 1048576) answers among candidates admitting N = 2^20 whose time grew no faster than N
+from 151936 to 262144 on the measured rows.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Container, Sequence
+
+from autotuner.lookup.table import DispatchTable
+
+SCALE_LIMIT = 1.15  # exponent past which a candidate's growth is a cliff, not scaling (noise: ~0.1)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A table's answer: ``candidate`` is None for ``torch_softmax``; ``rule`` names what answered
+    (``table``, ``model``, ``outside-measured``, ``no-candidate``) and ``reason`` says why for the
+    last two."""
+
+    candidate: int | None
+    predicted_us: float | None
+    exact: bool
+    rule: str
+    reason: str = ""
+
+
+def answer(table: DispatchTable, m: int, n: int, usable: Container[int] | None = None) -> Answer:
+    """The table's answer for (m, n) among the ``usable`` candidates (default: all)."""
+    model = _model_of(table)
+    allowed = [i for i in table.admissible(m, n) if usable is None or i in usable]
+    where = f"{table.gpu} {table.dtype}/{table.timing_method} table"
+    if not allowed:
+        return Answer(None, None, False, "no-candidate",
+                      f"no candidate of the {where} admits ({m}, {n}) and runs on this GPU")
+    if model.inside(m, n):
+        pick = table.lookup(m, n, allowed)
+        if pick is None:
+            return Answer(None, None, False, "no-candidate",
+                          f"no candidate of the {where} that admits ({m}, {n}) was measured near it")
+        # between measured points the pick is the table rule's, its time the scaling model's (the
+        # rule's own estimate reads the pick's time at the neighbours where it was measured, which
+        # need not bracket the shape: flat in M where only a smaller row measured it)
+        time = None if pick.exact else model.time(pick.candidate, m, n)
+        return Answer(pick.candidate, time or pick.predicted_us, pick.exact, "table")
+    times = {i: time for i in allowed if (time := model.time(i, m, n)) is not None}
+    # past the largest M only, the table rule ranks (at the edge row) the candidates the model
+    # vouches for: once every SM is busy the ranking holds; past the N edge the fastest prediction
+    # wins, since a row's length against each candidate's capacity reorders them (the scores that
+    # chose this: docs/DESIGN.md, "Outside the measured points")
+    pick = table.lookup(m, n, times) if times and model.n_lo <= n <= model.n_hi else None
+    if pick is not None:
+        return Answer(pick.candidate, times[pick.candidate], False, "model")
+    if not times:
+        return Answer(None, None, False, "outside-measured",
+                      f"({m}, {n}) is outside the {where}'s measured N {model.n_lo}..{model.n_hi}, "
+                      f"M <= {model.m_hi}, and no candidate was seen to scale there")
+    best = min(times, key=lambda i: (times[i], i))
+    return Answer(best, times[best], False, "model")
+
+
+def scaled(series: Sequence[tuple[int, float]], x: int) -> float | None:
+    """A candidate's time at size x from its measured (size, time) pairs, sorted by size (module
+    docstring); None below the smallest size, or past the largest where it grew faster than the work."""
+    if not series or x < series[0][0]:
+        return None
+    sizes = [size for size, _ in series]
+    upper = bisect.bisect_left(sizes, x)
+    if upper < len(series):
+        size, time = series[upper]
+        if size == x or upper == 0:
+            return time
+        (lo, t_lo), (hi, t_hi) = series[upper - 1], series[upper]
+        weight = math.log(x / lo) / math.log(hi / lo)
+        return math.exp((1 - weight) * math.log(t_lo) + weight * math.log(t_hi))
+    x2, t2 = series[-1]
+    if len(series) < 2:  # one size measured: no exponent, so the work's (time in proportion)
+        return t2 * x / x2
+    # the exponent over at least a factor of 2 where measured: between 131072 and 151936, 5 % of
+    # timing noise would move it by 0.3
+    x1, t1 = next((pair for pair in reversed(series[:-1]) if pair[0] * 2 <= x2), series[-2])
+    exponent = math.log(t2 / t1) / math.log(x2 / x1)
+    if exponent > SCALE_LIMIT:
+        return None
+    return t2 * (x / x2) ** max(exponent, 0.0)
+
+
+class _Model:
+    """A table's measured domain and its candidates' measurements by row, indexed once."""
+
+    def __init__(self, table: DispatchTable):
+        points = table.points
+        self.n_lo = min(p["n"] for p in points)
+        self.n_hi = max(p["n"] for p in points)
+        self.m_hi = max(p["m"] for p in points)
+        rows: dict[int, list[dict]] = {}
+        for point in points:
+            rows.setdefault(point["m"], []).append(point)
+        self.rows = {m: sorted(same, key=lambda p: p["n"]) for m, same in sorted(rows.items())}
+        # elements moved (read + write) per microsecond by the copy kernel, at its best
+        rates = [2 * p["m"] * p["n"] / p["copy_us"] for p in points if p.get("copy_us")]
+        self.copy_rate = max(rates) if rates else None
+        self._series: dict[tuple[int, int], list[tuple[int, float]]] = {}
+
+    def inside(self, m: int, n: int) -> bool:
+        return self.n_lo <= n <= self.n_hi and m <= self.m_hi
+
+    def time(self, index: int, m: int, n: int) -> float | None:
+        along_m = []
+        for row_m in self.rows:
+            time = scaled(self._row_series(index, row_m), n)
+            if time is not None:
+                along_m.append((row_m, time))
+        time = scaled(along_m, max(m, 1))
+        if time is None:
+            return None
+        floor = 2 * m * n / self.copy_rate if self.copy_rate else 0.0
+        return max(time, floor)
+
+    def _row_series(self, index: int, row_m: int) -> list[tuple[int, float]]:
+        key = (index, row_m)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = [(p["n"], p["times"][index]) for p in self.rows[row_m]
+                                          if p["times"][index] is not None and p["times"][index] > 0]
+        return series
+
+
+def _model_of(table: DispatchTable) -> _Model:
+    """The table's model, built on its first answer and kept on the table (which is immutable)."""
+    model = table.__dict__.get("_scaling_model")
+    if model is None:
+        model = table.__dict__["_scaling_model"] = _Model(table)
+    return model

@@ -1,0 +1,271 @@
+"""``select_kernel(m, n, dtype, gpu=None)``: the embedded lookup an inference runtime calls.
+
+Imports neither torch nor CuPy. Tables come from the package's shipped JSON (``autotuner/tables``)
+and, where a tuning database exists, its current fitted tables, which take precedence. Answers are
+cached per (m, n, dtype, gpu, method): a warm lookup is one dict probe.
+
+Which table answers: the GPU's own table, and only it, where it has one. A GPU without a table is
+answered, with a warning, from the table of the nearest model of the same or an older architecture
+(``gpu_models.donor_order``), offering only the kernels this GPU runs (``gpu_models.runs_on``); a
+GPU without a table and without such a model (or of a model ``gpu_models`` does not list) gets
+``torch_softmax``, which is correct everywhere torch runs. Within a table, ``predict.answer``
+decides: the table's rule inside its measured points (``source`` "table"), a per-candidate scaling
+model outside them ("model"), ``torch_softmax`` where nothing measured vouches for a candidate or
+no candidate admits the shape ("fallback"). ``reason`` says which fallback, in words.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import warnings
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from autotuner.domain import MAX_DIM
+from autotuner.lookup import predict
+from autotuner.lookup.gpu import current_gpu_key, validate_gpu_key
+from autotuner.lookup.gpu_models import donor_order, gpu_spec, runnable_candidates
+from autotuner.lookup.table import DispatchTable, TableFormatError
+from kernels.base import DTYPE_ALIASES, normalize_dtype
+
+log = logging.getLogger(__name__)
+
+FALLBACK_VARIANT = "torch_softmax"
+DEFAULT_METHOD = "cold"
+CACHE_LIMIT = 1 << 16  # answers kept per store; a server fed endless new shapes must not grow forever
+
+
+_gpu_keys: dict[str, str] = {}  # a caller's GPU spelling -> its validated key
+
+
+def _gpu_key(gpu: str) -> str:
+    key = _gpu_keys.get(gpu)
+    if key is None:
+        key = validate_gpu_key(gpu)  # raises on a bad spelling, which is then never kept
+        if len(_gpu_keys) < 64:
+            _gpu_keys[gpu] = key
+    return key
+
+
+class UnknownGpuError(LookupError):
+    """No table for this GPU model (only raised where fallback is disabled)."""
+
+    def __init__(self, gpu: str, known: Iterable[str]):
+        self.gpu = gpu
+        self.known = sorted(set(known))
+        super().__init__(f"no dispatch table for GPU {gpu!r}; known: {', '.join(self.known) or 'none'}")
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """What to run for one shape. ``config`` is a fresh plain dict on every access."""
+
+    variant: str
+    config_items: tuple[tuple[str, Any], ...]
+    predicted_us: float | None
+    gpu: str
+    dtype: str
+    source: str  # "table" | "model" | "nearest-gpu:<key>" | "nearest-gpu:<key>/model" | "fallback"
+    exact: bool = False  # the shape itself was measured
+    reason: str = ""  # for "fallback" and "nearest-gpu:*": why, in words
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self.config_items)
+
+    @property
+    def config_key(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.config_items)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant, "config": self.config, "config_key": self.config_key,
+            "predicted_us": self.predicted_us, "gpu": self.gpu, "dtype": self.dtype,
+            "source": self.source, "exact": self.exact, "reason": self.reason,
+        }
+
+
+class TableStore:
+    """The tables a process answers from, keyed by (gpu, dtype, timing method)."""
+
+    def __init__(self, tables: Iterable[DispatchTable] = ()):
+        self._tables: dict[tuple[str, str, str], DispatchTable] = {}
+        self._cache: dict[tuple[int, int, str, str, str], KernelChoice] = {}
+        self._runnable: dict[tuple[tuple[str, str, str], str], frozenset[int] | None] = {}
+        self._lock = threading.Lock()
+        for table in tables:
+            self.add(table)
+
+    def add(self, table: DispatchTable) -> None:
+        with self._lock:
+            self._tables[table.key] = table
+            self._cache.clear()
+            self._runnable.clear()
+
+    def replace_all(self, tables: Iterable[DispatchTable]) -> None:
+        fresh = {t.key: t for t in tables}
+        with self._lock:
+            self._tables = fresh
+            self._cache.clear()
+            self._runnable.clear()
+
+    def gpus(self) -> list[str]:
+        return sorted({key[0] for key in self._tables})
+
+    def tables(self) -> list[DispatchTable]:
+        return [self._tables[k] for k in sorted(self._tables)]
+
+    def get(self, gpu: str, dtype: str, method: str = DEFAULT_METHOD) -> DispatchTable | None:
+        return self._tables.get((gpu, dtype, method))
+
+    def select(self, m: int, n: int, dtype: str, gpu: str | None = None, method: str = DEFAULT_METHOD,
+               *, allow_fallback: bool = True) -> KernelChoice:
+        key = (m, n, dtype, gpu or "", method)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        return self._keep(key, self._select_uncached(m, n, dtype, gpu, method, allow_fallback))
+
+    def select_canonical(self, m: int, n: int, dtype: str, gpu_key: str, method: str = DEFAULT_METHOD,
+                         *, allow_fallback: bool = True) -> KernelChoice:
+        """``select`` for a caller that has already validated the shape and normalised the names
+        (``normalize_dtype``, ``validate_gpu_key``), as the service has: nothing is normalised twice."""
+        key = (m, n, dtype, gpu_key, method)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        return self._keep(key, self._choose(m, n, dtype, gpu_key, method, allow_fallback))
+
+    def _keep(self, key: tuple[int, int, str, str, str], choice: KernelChoice) -> KernelChoice:
+        if len(self._cache) >= CACHE_LIMIT:
+            self._cache.clear()  # cheap and rare; the working set refills in microseconds per shape
+        self._cache[key] = choice
+        return choice
+
+    def _select_uncached(self, m, n, dtype_name, gpu, method, allow_fallback) -> KernelChoice:
+        if not isinstance(m, int) or not isinstance(n, int) or isinstance(m, bool) or isinstance(n, bool):
+            raise TypeError(f"m and n must be integers, got {type(m).__name__} and {type(n).__name__}")
+        if not (0 <= m <= MAX_DIM and 1 <= n <= MAX_DIM):
+            raise ValueError(f"shape ({m}, {n}) out of range: need 0 <= m < 2**31 and 1 <= n < 2**31")
+        # a spelling already in canonical form skips the normaliser (a first lookup is on the dispatch path)
+        dtype = DTYPE_ALIASES.get(dtype_name) if type(dtype_name) is str else None
+        dtype = dtype or normalize_dtype(dtype_name)
+        gpu_key = _gpu_key(gpu) if gpu else (current_gpu_key() or "unknown")
+        return self._choose(m, n, dtype, gpu_key, method, allow_fallback)
+
+    def _choose(self, m: int, n: int, dtype: str, gpu_key: str, method: str, allow_fallback: bool) -> KernelChoice:
+        """The choice for canonical names: the GPU's own table, then the fallbacks in order."""
+        own = self.get(gpu_key, dtype, method)
+        if own is not None:  # never another GPU's table where this GPU has its own
+            return self._answer(own, gpu_key, m, n, "table")
+        if not allow_fallback:
+            raise UnknownGpuError(gpu_key, self.gpus())
+        spec = gpu_spec(gpu_key)
+        donors = donor_order(spec, [g for g in self.gpus() if self.get(g, dtype, method)]) if spec else []
+        if not donors:
+            known = "its architecture is not listed in autotuner/lookup/gpu_models.py" if spec is None else \
+                f"no table of a model of sm_{spec.compute_capability} or older"
+            return KernelChoice(FALLBACK_VARIANT, (), None, gpu_key, dtype, "fallback", False,
+                                f"no {dtype}/{method} dispatch table for GPU {gpu_key!r} and {known}")
+        donor = donors[0]
+        reason = (f"no {dtype}/{method} dispatch table for GPU {gpu_key!r}; answered from the {donor} table "
+                  f"(sm_{gpu_spec(donor).compute_capability} <= sm_{spec.compute_capability}) with the kernels "
+                  f"{gpu_key!r} runs")
+        warnings.warn(reason, RuntimeWarning, stacklevel=5)
+        choice = self._answer(self.get(donor, dtype, method), gpu_key, m, n, f"nearest-gpu:{donor}")
+        return choice if choice.source == "fallback" else replace(choice, reason=reason)
+
+    def _answer(self, table: DispatchTable, gpu_key: str, m: int, n: int, source: str) -> KernelChoice:
+        """``table``'s answer for (m, n) on ``gpu_key``, among the candidates that GPU runs."""
+        runnable_key = (table.key, gpu_key)
+        if runnable_key not in self._runnable:
+            spec = gpu_spec(gpu_key)
+            # a GPU not listed in gpu_models runs what its own table holds (it was measured there)
+            self._runnable[runnable_key] = runnable_candidates(table.candidates, table.gpu, spec) if spec else None
+        result = predict.answer(table, m, n, self._runnable[runnable_key])
+        if result.candidate is None:
+            return KernelChoice(FALLBACK_VARIANT, (), result.predicted_us, gpu_key, table.dtype, "fallback", False,
+                                result.reason)
+        if result.rule == "model":
+            source = "model" if source == "table" else f"{source}/model"
+        entry = table.candidates[result.candidate]
+        return KernelChoice(entry["variant"], tuple(entry["config"].items()), result.predicted_us,
+                            gpu_key, table.dtype, source, result.exact)
+
+
+def shipped_table_files() -> list[Path]:
+    folder = Path(str(resources.files("autotuner") / "tables"))
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+
+def load_table_file(path: Path) -> DispatchTable:
+    try:
+        document = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TableFormatError(f"cannot read dispatch table {path}: {exc}") from None
+    try:
+        return DispatchTable(document)
+    except TableFormatError as exc:
+        raise TableFormatError(f"{path}: {exc}") from None
+
+
+def load_shipped_tables() -> list[DispatchTable]:
+    tables = []
+    for path in shipped_table_files():
+        try:
+            tables.append(load_table_file(path))
+        except TableFormatError as exc:  # one bad file must not hide the others
+            log.warning("%s", exc)
+    return tables
+
+
+def tables_from_documents(documents: Iterable[Mapping[str, Any]]) -> list[DispatchTable]:
+    return [DispatchTable(doc) for doc in documents]
+
+
+_default_store: TableStore | None = None
+_default_lock = threading.Lock()
+
+
+def default_store() -> TableStore:
+    """Shipped tables overlaid by the default database's current tables (if that database exists)."""
+    global _default_store
+    if _default_store is None:
+        with _default_lock:
+            if _default_store is None:
+                store = TableStore(load_shipped_tables())
+                for table in _database_tables():
+                    store.add(table)
+                _default_store = store
+    return _default_store
+
+
+def reset_default_store() -> None:
+    global _default_store
+    _default_store = None
+
+
+_table_sources: list[Callable[[], list[DispatchTable]]] = []
+
+
+def add_table_source(source: Callable[[], list[DispatchTable]]) -> None:
+    """Register a callable whose tables overlay the shipped ones in ``default_store`` (``autotuner``
+    registers the default tuning database's current tables; the lookup itself imports no ``db``)."""
+    _table_sources.append(source)
+
+
+def _database_tables() -> list[DispatchTable]:
+    """The registered sources' tables, in registration order."""
+    return [table for source in _table_sources for table in source()]
+
+
+def select_kernel(m: int, n: int, dtype: str, gpu: str | None = None, *, timing_method: str = DEFAULT_METHOD) -> KernelChoice:
+    """The kernel to run for an (m, n) softmax over the last dimension in ``dtype`` on ``gpu``
+    (default: the current device's model). Never raises for a valid shape: see the fallbacks above."""
+    # the warm path inlined (one dict probe): TableStore.select's cache, keyed as it keys it
+    store = _default_store or default_store()
+    hit = store._cache.get((m, n, dtype, gpu or "", timing_method))
+    return hit if hit is not None else store.select(m, n, dtype, gpu, timing_method)

@@ -1,0 +1,397 @@
+"""The dispatch table document and the lookup it answers. Pure Python: no torch, no CuPy.
+
+A table is versioned JSON, one per (GPU model, dtype, timing method)::
+
+    {"format_version": 1, "gpu": "h100", "gpu_name": "...", "dtype": "bf16", "timing_method": "cold",
+     "rule": "local-regret-clamped",
+     "candidates": [{"variant": "cuda_block_online", "config": {"block": 256, ...},
+                     "config_key": "block=256,...", "constraints": {"n_max": 8192},
+                     "requires": {"min_arch": 80}}, ...],
+     "points": [{"m": 1, "n": 1024, "copy_us": 3.6, "times": [4.1, null, ...]}, ...],
+     "regret": {"geomean": 1.01, "p95": 1.04, "max": 1.09, "method": "leave-one-out"},
+     "created_at": "...", "source_runs": [3], "environment": {...}}
+
+``times[i]`` is candidate i's median time in µs at that point (null: not measured, unsupported or
+failed). ``requires`` (tables fitted from 2026-11-25 on) is what a GPU needs to run the candidate
+(``autotuner/lookup/gpu_models.py``); ``autotuner/lookup/predict.py`` answers outside the measured points. Lookup rules:
+
+- ``nearest-log``: the measured point nearest in (log2 M, log2 N); among candidates whose constraints
+  admit the *exact* shape, the fastest there; if none there, the next nearest point.
+  Example: table points at N=4096 and N=8192, query N=5000 → the N=4096 point (|log2 5000/4096| =
+  0.29 < 0.71) but only candidates whose ``n_max`` ≥ 5000 and whose ``n_multiple_of`` divides 5000.
+- ``interp-log`` (tables fitted before ``local-regret``): every candidate's time is predicted by
+  bilinear interpolation of log time in (log2 M, log2 N) between the bracketing measured grid lines
+  (clamped outside the grid), using only points of the same N alignment class (N % 8 == 0, or not)
+  when that class's points surround N; the fastest predicted admissible candidate wins. A candidate
+  missing at a corner is predicted from the corners it has; a candidate with none is not chosen.
+  Exact measured points answer with their winner.
+- ``local-regret-clamped`` (``fit_table``'s default) and ``local-regret`` (tables fitted before
+  2026-11-23): exact measured points answer with their winner. Otherwise, among points of the N
+  alignment class as for ``interp-log``:
+
+  1. Neighbours and weights (:meth:`DispatchTable.neighbours`): the mean of two linear
+     interpolations in (log2 M, log2 N): along N on the two measured M lines bracketing M, and along
+     M on the two measured N lines bracketing N. Inside a fully measured cell these are the four
+     corners with bilinear weights; on a grid line they are the measured points on either side along
+     both axes (so a missing grid point is read from its 2-4 axis neighbours). The rules differ on a
+     line whose measured points do not surround the query on the other axis (the query is past the
+     grid's edge on that line, or the line's own point at the query was not measured):
+     ``local-regret-clamped`` reads it at its nearest measured point; ``local-regret`` brackets only
+     among lines that do surround the query, and skips that axis if none does. So at the grid's edge
+     (M = 1, the smallest N, ...) a missing point is read from both axes under the clamped rule, from
+     its edge line alone under the old one: leave-one-out on the recorded sweeps preferred the
+     former on both GPUs (CHANGELOG.md, 2026-11-23).
+  2. At each neighbour p, a candidate's regret r = its time / the fastest time there, capped at
+     ``REGRET_CAP`` (1.5: past that the sweep keeps only a noisy 5-repetition estimate, and all it
+     says is "much slower"). A candidate not measured at p (it cannot run there, or failed) has no
+     value at p; it is neither credited nor penalised there.
+  3. log r[p, c] ~ mu[p] + theta[c], fitted by weighted least squares over the neighbours (alternating
+     passes from the per-candidate weighted means), so candidates measured at different subsets of
+     the neighbours are compared on one scale. The admissible candidate with the smallest theta
+     (predicted regret) wins; ties go to the lower candidate index. ``predicted_us`` is its time
+     interpolated in log space over the neighbours where it was measured.
+
+  Example: on the default grid without the point (4096, 65536), its neighbours (4096, 32768),
+  (4096, 131072), (1024, 65536), (16384, 65536) each weigh 1/4; a kernel with ``n_max`` 65536 is
+  judged on the three where it can run, against candidates judged on all four. Without the point
+  (1, 4096), ``local-regret-clamped`` weighs (1, 2048) and (1, 8192) 1/4 each and (4, 4096) 1/2;
+  ``local-regret`` weighs the first two 1/2 each.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any, Container, Iterable, Mapping, Sequence
+
+FORMAT_VERSION = 1
+RULES = ("nearest-log", "interp-log", "local-regret", "local-regret-clamped")
+DEFAULT_RULE = "local-regret-clamped"
+LOCAL_REGRET_RULES = ("local-regret", "local-regret-clamped")
+REGRET_CAP = 1.5  # local-regret: regrets past this at a neighbour count as this (see the module docstring)
+FIT_PASSES = 2  # local-regret rules: neighbour-effect updates (more change no pick on the recorded sweeps)
+
+
+class TableFormatError(ValueError):
+    """A table document that this program cannot read, with what is wrong in it."""
+
+
+def admits(constraints: Mapping[str, int], m: int, n: int) -> bool:
+    """The data form of ``Variant.supports`` for one config (see ``kernels.base.check_constraints``);
+    ``DispatchTable.admissible`` applies the same test to every candidate's precomputed limits."""
+    n_min, n_max, multiple, m_min, m_max = _limits_of(constraints)
+    return n_min <= n <= n_max and not n % multiple and m_min <= m <= m_max
+
+
+def _limits_of(constraints: Mapping[str, int]) -> tuple[int, int, int, int, int]:
+    """(n_min, n_max, n_multiple_of, m_min, m_max), absent limits as no limit."""
+    unbounded = 2**63
+    return (constraints.get("n_min", 1), constraints.get("n_max", unbounded), constraints.get("n_multiple_of", 1),
+            constraints.get("m_min", 0), constraints.get("m_max", unbounded))
+
+
+def alignment_class(n: int) -> int:
+    """N classes kept apart by the interpolation: vectorised kernels behave differently on them."""
+    return 0 if n % 8 == 0 else 1
+
+
+@dataclass(frozen=True)
+class Pick:
+    candidate: int  # index into the table's candidates
+    predicted_us: float | None
+    exact: bool  # the shape itself was measured
+
+
+class DispatchTable:
+    """A loaded, validated table document with precomputed indexes for fast lookups."""
+
+    def __init__(self, document: Mapping[str, Any]):
+        self.document = validate(document)
+        self.gpu: str = document["gpu"]
+        self.dtype: str = document["dtype"]
+        self.timing_method: str = document.get("timing_method", "cold")
+        self.rule: str = document.get("rule", "nearest-log")
+        self.candidates: list[dict[str, Any]] = list(document["candidates"])
+        self.points: list[dict[str, Any]] = list(document["points"])
+        self._exact = {(p["m"], p["n"]): p for p in self.points}
+        self._by_class: dict[int, list[dict[str, Any]]] = {}
+        for point in self.points:
+            self._by_class.setdefault(alignment_class(point["n"]), []).append(point)
+        # each class's N range (_class_points) and each candidate's limits as plain ints (admissible):
+        # a first lookup of a shape is on the dispatch path, so its per-call work is kept small
+        self._class_span = {cls: (min(p["n"] for p in same), max(p["n"] for p in same))
+                            for cls, same in self._by_class.items()}
+        self._limits = [_limits_of(c.get("constraints", {})) for c in self.candidates]
+        self._layouts: dict[int, _Layout] = {}
+        self._log_regret: dict[tuple[int, int], tuple[float | None, ...]] = {}
+        if self.rule in LOCAL_REGRET_RULES:
+            cap = math.log(REGRET_CAP)
+            for point in self.points:
+                measured = [t for t in point["times"] if t is not None and t > 0]
+                best = min(measured) if measured else None
+                self._log_regret[(point["m"], point["n"])] = tuple(
+                    min(math.log(t / best), cap) if t is not None and t > 0 and best else None for t in point["times"])
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.gpu, self.dtype, self.timing_method)
+
+    def admissible(self, m: int, n: int) -> list[int]:
+        """Indexes of the candidates whose constraints admit (m, n): ``admits`` on the limits
+        precomputed per candidate (a first lookup is on the dispatch path)."""
+        return [i for i, (n_min, n_max, multiple, m_min, m_max) in enumerate(self._limits)
+                if n_min <= n <= n_max and not n % multiple and m_min <= m <= m_max]
+
+    def lookup(self, m: int, n: int, usable: Container[int] | None = None) -> Pick | None:
+        """The candidate this table chooses for (m, n) among ``usable`` (default: all), or None if no
+        admissible candidate has data."""
+        allowed = [i for i in self.admissible(m, n) if usable is None or i in usable]
+        if not allowed:
+            return None
+        point = self._exact.get((m, n))
+        if point is not None:
+            best = _fastest(point["times"], allowed)
+            if best is not None:
+                return Pick(best, point["times"][best], True)
+        if self.rule == "interp-log":
+            return self._interpolated(m, n, allowed)
+        if self.rule in LOCAL_REGRET_RULES and point is None:
+            return self._local_regret(m, n, allowed)
+        return self._nearest(m, n, allowed)
+
+    def _points_for(self, n: int) -> list[dict[str, Any]]:
+        """Points of n's alignment class when they surround n on the N axis; otherwise all points (a
+        class measured at one N, say only 50257, says nothing about N = 2500)."""
+        return self._class_points(n)[1]
+
+    def _class_points(self, n: int) -> tuple[int, list[dict[str, Any]]]:
+        """(alignment class, its points), or (-1, all points): see :meth:`_points_for`."""
+        cls = alignment_class(n)
+        span = self._class_span.get(cls)
+        if span is not None and span[0] <= n <= span[1]:
+            return cls, self._by_class[cls]
+        return -1, self.points
+
+    def neighbours(self, m: int, n: int) -> list[tuple[tuple[int, int], float]]:
+        """The local-regret rules' measured neighbours of (m, n) and their weights (summing to 1); []
+        if none. ``local-regret`` brackets only among lines that span the query on the other axis;
+        ``local-regret-clamped`` brackets among all lines and reads one that does not span the query
+        at its nearest end (see the module docstring)."""
+        clamped = self.rule != "local-regret"
+        key, points = self._class_points(n)
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = _Layout(points)
+        weights: dict[tuple[int, int], float] = {}
+        logs = layout.log2
+        log_m, log_n = _log2(m), _log2(n)
+        for lines, keys, across, along, log_across, log_along, swap in (
+                (layout.rows, layout.row_keys, m, n, log_m, log_n, False),
+                (layout.cols, layout.col_keys, n, m, log_n, log_m, True)):
+            usable = keys if clamped else [k for k in keys if lines[k][0] <= along <= lines[k][-1]]
+            if not usable:
+                continue
+            part: dict[tuple[int, int], float] = {}
+            for line, line_weight in _log_bracket(usable, across, log_across, logs):
+                for value, weight in _log_bracket(lines[line], along, log_along, logs):
+                    corner = (value, line) if swap else (line, value)
+                    part[corner] = part.get(corner, 0.0) + line_weight * weight
+            total = sum(part.values())
+            for corner, weight in part.items():
+                if weight > 0:
+                    weights[corner] = weights.get(corner, 0.0) + weight / total
+        total = sum(weights.values())
+        return [(corner, weight / total) for corner, weight in sorted(weights.items())] if total > 0 else []
+
+    def _local_regret(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
+        stencil = self.neighbours(m, n)
+        if not stencil:  # local-regret past the grid's corner: no line reaches the query
+            return self._nearest(m, n, allowed)
+        # per candidate, its log regrets at the neighbours (one transpose, not a list per candidate)
+        columns = list(zip(*[self._log_regret[corner] for corner, _ in stencil]))
+        weights = [weight for _, weight in stencil]
+        # one pass over candidates x neighbours: each candidate measured at some neighbour and its
+        # weighted mean log regret over the neighbours where it was measured; the candidates measured
+        # at every neighbour (complete) and the others (partial) kept apart for _fit_effects
+        theta: dict[int, float] = {}
+        complete: list[tuple[float, ...]] = []
+        partial: dict[int, tuple[float | None, ...]] = {}
+        for i in allowed:
+            values = columns[i]
+            if None not in values:
+                complete.append(values)
+                theta[i] = sum(map(operator.mul, weights, values))  # the weights sum to 1
+                continue
+            total = covered = 0.0
+            for value, weight in zip(values, weights):
+                if value is not None:
+                    total += weight * value
+                    covered += weight
+            if covered:
+                partial[i] = values
+                theta[i] = total / covered
+        if not theta:
+            return self._nearest(m, n, allowed)
+        # without partial candidates the neighbour effects shift every candidate alike, so the
+        # weighted means already order them
+        if partial:
+            _fit_effects(weights, complete, partial, theta)
+        best = min(theta, key=lambda i: (theta[i], i))
+        log_time = weight_sum = 0.0
+        for corner, weight in stencil:
+            time = self._exact[corner]["times"][best]
+            if time is not None and time > 0:
+                log_time += weight * math.log(time)
+                weight_sum += weight
+        return Pick(best, math.exp(log_time / weight_sum), False)
+
+    def _nearest(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
+        lm, ln = _log2(m), _log2(n)
+        ranked = sorted(self._points_for(n), key=lambda p: (_log2(p["m"]) - lm) ** 2 + (_log2(p["n"]) - ln) ** 2)
+        for point in ranked:
+            best = _fastest(point["times"], allowed)
+            if best is not None:
+                return Pick(best, point["times"][best], False)
+        return None
+
+    def _interpolated(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
+        points = self._points_for(n)
+        grid = {(p["m"], p["n"]): p for p in points}
+        ms = sorted({p["m"] for p in points})
+        ns = sorted({p["n"] for p in points})
+        (m0, m1, wm), (n0, n1, wn) = _bracket(ms, m), _bracket(ns, n)
+        corners = [((m0, n0), (1 - wm) * (1 - wn)), ((m0, n1), (1 - wm) * wn),
+                   ((m1, n0), wm * (1 - wn)), ((m1, n1), wm * wn)]
+        best: tuple[float, int] | None = None
+        for index in allowed:
+            total_weight, log_time = 0.0, 0.0
+            for corner, weight in corners:
+                point = grid.get(corner)
+                time = point["times"][index] if point is not None else None
+                if time is not None and time > 0 and weight > 0:
+                    total_weight += weight
+                    log_time += weight * math.log(time)
+            if total_weight <= 0:
+                continue
+            predicted = math.exp(log_time / total_weight)
+            if best is None or predicted < best[0]:
+                best = (predicted, index)
+        if best is None:
+            return self._nearest(m, n, allowed)
+        return Pick(best[1], best[0], False)
+
+
+def _log2(value: int) -> float:
+    return math.log2(value) if value > 1 else 0.0
+
+
+def _fit_effects(weights: Sequence[float], complete: Sequence[Sequence[float]],
+                 partial: Mapping[int, Sequence[float | None]], theta: dict[int, float]) -> None:
+    """local-regret's log r[p, c] ~ mu[p] + theta[c] by alternating weighted least squares: from
+    theta = each candidate's mean over its neighbours, FIT_PASSES updates of mu (the mean of r - theta
+    over the candidates measured at p), then of theta; updates ``theta`` in place. ``complete`` holds
+    the log regrets (one per neighbour) of the candidates measured at every neighbour, ``partial``
+    those of the others by index (None where not measured). A complete candidate's theta is its mean
+    less sum_p w[p] mu[p] (the weights sum to 1), so only the partial ones are visited one by one:
+    a first lookup is on the dispatch path."""
+    count = len(complete)
+    complete_sum = sum(theta.values()) - sum(theta[i] for i in partial)
+    column_sums = [sum(column) for column in zip(*complete)] if complete else [0.0] * len(weights)
+    shift = 0.0  # sum_p w[p] mu[p]: what every complete candidate's theta loses
+    for _ in range(FIT_PASSES):
+        offset = []  # mu[p]
+        for p, column_sum in enumerate(column_sums):
+            total, measured = column_sum - complete_sum + count * shift, count
+            for i, values in partial.items():
+                if values[p] is not None:
+                    total += values[p] - theta[i]
+                    measured += 1
+            offset.append(total / measured if measured else 0.0)
+        shift = sum(map(operator.mul, weights, offset))
+        for i, values in partial.items():
+            total = weight_sum = 0.0
+            for value, weight, mu in zip(values, weights, offset):
+                if value is not None:
+                    total += weight * (value - mu)
+                    weight_sum += weight
+            theta[i] = total / weight_sum
+    for i in theta:
+        if i not in partial:
+            theta[i] -= shift
+
+
+class _Layout:
+    """Measured points as lines: M -> sorted N measured on that row, N -> sorted M on that column."""
+
+    def __init__(self, points: Sequence[Mapping[str, Any]]):
+        self.rows: dict[int, list[int]] = {}
+        self.cols: dict[int, list[int]] = {}
+        for point in points:
+            self.rows.setdefault(point["m"], []).append(point["n"])
+            self.cols.setdefault(point["n"], []).append(point["m"])
+        for lines in (self.rows, self.cols):
+            for values in lines.values():
+                values.sort()
+        self.row_keys = sorted(self.rows)
+        self.col_keys = sorted(self.cols)
+        self.log2 = {v: _log2(v) for v in (*self.row_keys, *self.col_keys)}  # for _log_bracket
+
+
+def _log_bracket(values: Sequence[int], x: int, log_x: float, logs: Mapping[int, float]) -> list[tuple[int, float]]:
+    """The values around x with linear weights in log2 space (the end value if x is outside); the
+    log2 of x and of every value are given, since this is on the first-lookup path."""
+    if x <= values[0]:
+        return [(values[0], 1.0)]
+    if x >= values[-1]:
+        return [(values[-1], 1.0)]
+    upper = bisect.bisect_left(values, x)
+    lo, hi = values[upper - 1], values[upper]
+    if hi == x:
+        return [(hi, 1.0)]
+    weight = (log_x - logs[lo]) / (logs[hi] - logs[lo])
+    return [(lo, 1.0 - weight), (hi, weight)]
+
+
+def _fastest(times: Sequence[float | None], allowed: Iterable[int]) -> int | None:
+    best = None
+    for index in allowed:
+        time = times[index]
+        if time is not None and (best is None or time < times[best]):
+            best = index
+    return best
+
+
+def _bracket(values: Sequence[int], x: int) -> tuple[int, int, float]:
+    """Grid values around x and x's weight toward the upper one in log2 space (clamped)."""
+    if x <= values[0]:
+        return values[0], values[0], 0.0
+    if x >= values[-1]:
+        return values[-1], values[-1], 0.0
+    upper = bisect.bisect_left(values, x)
+    lo, hi = values[upper - 1], values[upper]
+    if hi == x:
+        return hi, hi, 0.0
+    return lo, hi, (_log2(x) - _log2(lo)) / (_log2(hi) - _log2(lo))
+
+
+def validate(document: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Check a table document's shape; raise :class:`TableFormatError` naming the first problem."""
+    if not isinstance(document, Mapping):
+        raise TableFormatError("a dispatch table must be a JSON object")
+    version = document.get("format_version")
+    if version != FORMAT_VERSION:
+        raise TableFormatError(f"table format_version {version!r} is not supported (this program reads {FORMAT_VERSION})")
+    for field in ("gpu", "dtype", "candidates", "points"):
+        if field not in document:
+            raise TableFormatError(f"table lacks the field {field!r}")
+    if document.get("rule", "nearest-log") not in RULES:
+        raise TableFormatError(f"table rule {document.get('rule')!r} is not one of {RULES}")
+    count = len(document["candidates"])
+    for candidate in document["candidates"]:
+        if "variant" not in candidate or "config" not in candidate:
+            raise TableFormatError("every candidate needs 'variant' and 'config'")
+    for point in document["points"]:
+        if len(point.get("times", ())) != count:
+            raise TableFormatError(f"point (m={point.get('m')}, n={point.get('n')}) has {len(point.get('times', ()))} times for {count} candidates")
+    return document

@@ -1,0 +1,42 @@
+"""Dispatch tables in the tuning database: reading the current ones for the lookup."""
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.orm import Session
+
+from autotuner.lookup.table import DispatchTable
+from db.engine import make_engine
+from db.queries import current_tables
+
+log = logging.getLogger(__name__)
+
+
+def tables_in_database(url: str | None = None, engine=None) -> list[DispatchTable]:  # noqa: ANN001
+    """The current table of every (GPU, dtype, method) in the database at ``url`` (or ``engine``)."""
+    owned = engine is None
+    engine = engine or make_engine(url, create=False)
+    try:
+        with Session(engine) as session:
+            return [DispatchTable(row.payload) for row in current_tables(session)]
+    finally:
+        if owned:
+            engine.dispose()
+
+
+def default_database_tables() -> list[DispatchTable]:
+    """Current tables of the default database, only if its file already exists (never creates one);
+    an unreadable database leaves the shipped tables in force (logged), never an error."""
+    from db.engine import DatabaseError, missing_sqlite_file, resolve_database_url
+
+    try:
+        url = resolve_database_url()
+    except DatabaseError:
+        return []
+    if missing_sqlite_file(url):
+        return []
+    try:
+        return tables_in_database(url)
+    except Exception as exc:
+        log.warning("ignoring the tuning database's tables: %s", exc)
+        return []

@@ -1,0 +1,2 @@
+"""Reading results: speed-of-light and peer benches, held-out evaluation, repeatability, database
+status, table listings and the kernel catalogue."""

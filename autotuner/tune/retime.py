@@ -1,0 +1,42 @@
+"""Which stored rows ``autotuner sweep --retime-unstable F`` measures again.
+
+A timing can be disturbed for its whole duration (another process on the GPU, a clock change), and
+then a fit reads a median many times the kernel's real time. Two signs are checked, per (candidate,
+shape), on the best ok row stored for it:
+- spread: its p80 exceeds F x its p20;
+- monotonicity: it is more than SLOWER_THAN_LARGER x the same candidate's best time at a larger shape
+  of the same dtype (M' >= M and N' >= N, not the same shape). More work does not take a third of
+  the time; alignment (odd N) and wave effects stay well inside that factor.
+A key with a failed row (wrong, fault, ...) is never retimed: the failure stands.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from autotuner.tune.timing import is_unstable
+
+SLOWER_THAN_LARGER = 3.0
+
+Key = tuple[int, int, int, str]  # (candidate_id, m, n, dtype)
+
+
+def retime_keys(rows: Iterable[tuple], spread: float) -> set[Key]:
+    """Keys to measure again. ``rows``: (candidate_id, m, n, dtype, status, median_us, p20_us, p80_us)."""
+    best: dict[Key, tuple[float, float | None, float | None]] = {}
+    failed: set[Key] = set()
+    for candidate_id, m, n, dtype, status, median, p20, p80 in rows:
+        key = (candidate_id, m, n, dtype)
+        if status != "ok" or not median:
+            failed.add(key)
+        elif key not in best or median < best[key][0]:
+            best[key] = (median, p20, p80)
+    flagged = {key for key, (_, p20, p80) in best.items() if is_unstable(p20, p80, spread)}
+    by_series: dict[tuple[int, str], list[tuple[int, int, float]]] = {}
+    for (candidate_id, m, n, dtype), (median, _, _) in best.items():
+        by_series.setdefault((candidate_id, dtype), []).append((m, n, median))
+    for (candidate_id, dtype), points in by_series.items():
+        for m, n, median in points:
+            larger = [t for m2, n2, t in points if m2 >= m and n2 >= n and (m2, n2) != (m, n)]
+            if larger and median > SLOWER_THAN_LARGER * min(larger):
+                flagged.add((candidate_id, m, n, dtype))
+    return flagged - failed
