@@ -37,6 +37,7 @@ _REGISTRY: tuple[tuple[str, str], ...] = (
     ("kernels.cuda.smem_cache", "SmemCacheExtremeCuda"),
     ("kernels.cuda.cluster_split", "ClusterSplitCuda"),
     ("kernels.cuda.grid_split", "GridSplitCuda"),
+    ("kernels.cuda.long_split", "LongSplitCuda"),
     # Triton
     ("kernels.triton_impl.fused_row", "TritonFusedRow"),
     ("kernels.triton_impl.one_row", "TritonOneRow"),
