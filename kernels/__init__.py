@@ -36,6 +36,7 @@ _REGISTRY: tuple[tuple[str, str], ...] = (
     ("kernels.cuda.smem_cache", "SmemCacheMediumCuda"),
     ("kernels.cuda.smem_cache", "SmemCacheExtremeCuda"),
     ("kernels.cuda.cluster_split", "ClusterSplitCuda"),
+    ("kernels.cuda.cluster_keep", "ClusterKeepCuda"),
     ("kernels.cuda.grid_split", "GridSplitCuda"),
     ("kernels.cuda.long_split", "LongSplitCuda"),
     # Triton
