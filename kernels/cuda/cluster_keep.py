@@ -32,7 +32,7 @@ class ClusterKeepCuda(ClusterSplitCuda):
         "between sum and store (one exp per element, not two). sm_90+."
     )
     CONFIGS: ClassVar[tuple[tuple[int, int, int, int], ...]] = (
-        (16, 512, 4, 0), (16, 256, 8, 0), (8, 512, 8, 0),
+        (16, 512, 4, 0), (16, 256, 8, 0), (8, 512, 8, 0), (16, 256, 4, 0),
     )
 
     def spill_free(self, config: KernelConfig) -> bool:
