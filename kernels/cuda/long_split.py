@@ -13,8 +13,8 @@ fewer than that (M = 1: one row over every SM), and never more than the resident
 blocks wait for each other). Beyond one resident wave, blocks take works in the order they start
 from a ticket counter (``slot_exchange.cuh``), so any M runs in one launch.
 
-Workspace per (device, stream): one int32 ticket counter, and per S an int64 slot array of
-2 * rows * S words (16 bytes per block of the largest launch), zero-filled once, grown by doubling.
+Workspace per (device, stream, S) (``slot_workspace``): one int32 ticket counter and an int64 slot
+array of 2 * rows * S words (16 bytes per block of the largest launch), zero-filled once, grown by doubling.
 No dynamic shared memory; static shared memory is THREADS / 32 (max, sum) pairs and 20 bytes.
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ from kernels.base import Build, KernelConfig, cdiv
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
+from kernels.cuda.slot_workspace import SlotWorkspace
 from kernels.cuda.two_pass import MAX_GRID_X, MAX_ROW, vector_width
 
 EXCHANGE_HEADER = "slot_exchange.cuh"
@@ -43,7 +44,7 @@ def split_for(m: int, vectors: int, chunk: int, min_share: int, resident: int) -
     return max(1, min(split, resident))
 
 
-class LongSplitCuda(CudaVariant):
+class LongSplitCuda(SlotWorkspace, CudaVariant):
     name = "cuda_long_split"
     seed = "beyond-seeds"
     source = "long_split.cu"
@@ -59,11 +60,6 @@ class LongSplitCuda(CudaVariant):
     CONFIGS: ClassVar[tuple[tuple[int, int, int], ...]] = (
         (256, 4, 2048), (512, 4, 4096), (512, 8, 8192), (1024, 4, 8192),
     )
-
-    def __init__(self) -> None:
-        self._slots: dict[tuple[int, int, int], Any] = {}  # (device, stream, S) -> int64 tensor
-        self._tickets: dict[tuple[int, int], Any] = {}  # (device, stream) -> one int32, 0
-        self._retired: list[Any] = []  # slot arrays replaced by larger ones, kept alive (see slots)
 
     def all_configs(self) -> list[KernelConfig]:
         return [KernelConfig.of(block=b, unroll=u, chunk=c) for b, u, c in self.CONFIGS]
@@ -88,33 +84,6 @@ class LongSplitCuda(CudaVariant):
     def all_name_expressions(self, dtype: str) -> list[str]:
         # configs differing only in chunk (a host-side choice) share their kernel
         return list(dict.fromkeys(super().all_name_expressions(dtype)))
-
-    def tickets(self, device_index: int, stream: int) -> Any:
-        """The ticket counter (one int32, 0 between launches) for this device and stream."""
-        import torch
-
-        key = (device_index, stream)
-        counter = self._tickets.get(key)
-        if counter is None:
-            counter = self._tickets[key] = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", device_index))
-            loader.register_stream_buffer(counter.data_ptr(), stream)
-        return counter
-
-    def slots(self, device_index: int, stream: int, rows: int, split: int) -> Any:
-        """The int64 slot array for ``rows`` rows of ``split`` blocks on this device and stream,
-        zero-filled when allocated (every epoch 0) and grown by doubling; a replaced array is kept,
-        never freed (a recorded replay may still pass it; see ``GridSplitCuda.slots``)."""
-        import torch
-
-        key = (device_index, stream, split)
-        slots = self._slots.get(key)
-        if slots is None or slots.numel() < 2 * rows * split:
-            size = max(2 * rows * split, 2 * (slots.numel() if slots is not None else 1024))
-            if slots is not None:
-                self._retired.append(slots)
-            slots = self._slots[key] = torch.zeros(size, dtype=torch.int64, device=torch.device("cuda", device_index))
-            loader.register_stream_buffer(slots.data_ptr(), stream)
-        return slots
 
     def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
         function, seconds = loader.get_function(self.source, self.name_expression(config, dtype), code=self.source_code())
@@ -145,7 +114,7 @@ class LongSplitCuda(CudaVariant):
             device = x.device.index
             stream = loader.current_raw_stream(device)
             slots = self.slots(device, stream, m, split)
-            tickets = 0 if m * split <= resident else self.tickets(device, stream).data_ptr()
+            tickets = 0 if m * split <= resident else self.tickets(device, stream, split).data_ptr()
             args = (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.uint64(slots.data_ptr()),
                     np.uint64(tickets), np.int64(n), np.int32(split))
             loader.launch(function, (m * split, 1, 1), (block, 1, 1), args)
