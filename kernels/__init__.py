@@ -37,7 +37,9 @@ _REGISTRY: tuple[tuple[str, str], ...] = (
     ("kernels.cuda.smem_cache", "SmemCacheMediumCuda"),
     ("kernels.cuda.smem_cache", "SmemCacheExtremeCuda"),
     ("kernels.cuda.cluster_split", "ClusterSplitCuda"),
+    ("kernels.cuda.cluster_keep", "ClusterKeepCuda"),
     ("kernels.cuda.grid_split", "GridSplitCuda"),
+    ("kernels.cuda.long_split", "LongSplitCuda"),
     # Triton
     ("kernels.triton_impl.fused_row", "TritonFusedRow"),
     ("kernels.triton_impl.one_row", "TritonOneRow"),

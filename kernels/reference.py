@@ -50,8 +50,11 @@ def edge_input(n: int, dtype: str, device: Any = "cuda") -> Any:
     inf, nan = float("inf"), float("nan")
     rows = []
 
-    def row(fill: float, **at: float) -> list[float]:
-        values = (torch.randn(n) * 3).tolist() if fill is None else [fill] * n
+    def row(fill: float, **at: float) -> Any:  # tensor ops on `device`, not Python lists: rows of 2^24 elements
+        if fill is None:
+            values = (torch.randn(n, device=device) * 3).to(torch.float64)
+        else:
+            values = torch.full((n,), fill, dtype=torch.float64, device=device)
         for index, value in at.items():
             values[int(index.lstrip("_")) % n] = value
         return values
@@ -64,7 +67,7 @@ def edge_input(n: int, dtype: str, device: Any = "cuda") -> Any:
     rows.append(row(None, _0=big, _2=-big))  # huge magnitudes
     rows.append(row(-inf, _3=0.0))  # one finite among -inf (online rescale from -inf)
     rows.append(row(None))  # ordinary
-    return torch.tensor(rows, dtype=torch.float64).to(torch_dtype(dtype)).to(device)
+    return torch.stack(rows).to(torch_dtype(dtype))
 
 
 def reference(x: Any) -> Any:
@@ -129,8 +132,13 @@ def _check_rows(out: Any, x: Any, dtype: str) -> CheckResult:
         )
     clean_rows = ~ref_nan.any(dim=-1)
     if bool(clean_rows.any()):
+        # Off 1 by the tolerance, or off the row sum of the reference rounded to the output dtype
+        # (the best a kernel can write) by it: a long fp16 row's many outputs below fp16's normal
+        # range (6e-5) round to subnormals or 0, so even exact softmax rounded to fp16 sums to 1 -
+        # 0.008 at N = 3 * 2^20 + 7 with randn * 3 rows (torch.softmax as well).
         sums = got[clean_rows].sum(dim=-1)
-        worst_sum = float((sums - 1.0).abs().max())
+        rounded = ref[clean_rows].to(out.dtype).to(torch.float64).sum(dim=-1)
+        worst_sum = float(torch.minimum((sums - 1.0).abs(), (sums - rounded).abs()).max())
         if worst_sum > ROW_SUM_TOLERANCE[dtype]:
             return CheckResult(False, max_rel, f"a row's sum is off 1 by {worst_sum:.3g}, tolerance {ROW_SUM_TOLERANCE[dtype]}")
     return CheckResult(True, max_rel)

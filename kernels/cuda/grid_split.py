@@ -31,6 +31,7 @@ from kernels.base import Build, KernelConfig, cdiv
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
+from kernels.cuda.slot_workspace import SlotWorkspace
 from kernels.cuda.two_pass import MAX_GRID_X, MAX_ROW, vector_width
 
 REFERENCE_SMS = 132  # H100 SXM / H200: the declared m_max counts waves of this many SMs
@@ -56,7 +57,7 @@ def one_wave(m: int, split: int, resident_blocks: int) -> bool:
     return m * split <= resident_blocks
 
 
-class GridSplitCuda(CudaVariant):
+class GridSplitCuda(SlotWorkspace, CudaVariant):
     name = "cuda_grid_split"
     seed = "beyond-seeds"
     source = "grid_split.cu"
@@ -72,11 +73,6 @@ class GridSplitCuda(CudaVariant):
         (16, 512, 4), (16, 256, 8), (8, 512, 8),
         (20, 256, 8), (40, 256, 4),
     )
-
-    def __init__(self) -> None:
-        self._slots: dict[tuple[int, int, int], Any] = {}  # (device, stream, S) -> int64 tensor
-        self._tickets: dict[tuple[int, int, int], Any] = {}  # (device, stream, S) -> one int32, 0
-        self._retired: list[Any] = []  # slot arrays replaced by larger ones, kept alive (see slots)
 
     def all_configs(self) -> list[KernelConfig]:
         return [KernelConfig.of(split=s, block=b, packs=p) for s, b, p in self.CONFIGS]
@@ -103,34 +99,6 @@ class GridSplitCuda(CudaVariant):
     def all_name_expressions(self, dtype: str) -> list[str]:
         # configs differing only in S (a run-time argument) share their kernel
         return list(dict.fromkeys(super().all_name_expressions(dtype)))
-
-    def tickets(self, device_index: int, stream: int, split: int) -> Any:
-        """The ticket counter (one int32, 0 between launches) for this device, stream and S."""
-        import torch
-
-        key = (device_index, stream, split)
-        counter = self._tickets.get(key)
-        if counter is None:
-            counter = self._tickets[key] = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", device_index))
-            loader.register_stream_buffer(counter.data_ptr(), stream)
-        return counter
-
-    def slots(self, device_index: int, stream: int, rows: int, split: int) -> Any:
-        """The int64 slot array for ``rows`` rows of ``split`` blocks on this device and stream,
-        zero-filled when allocated (every epoch 0) and grown by doubling. A replaced array is kept
-        (``_retired``), never freed: a runtime replay recorded with it (``loader.register_stream_buffer``)
-        goes on using it, and launches on one array keep its epochs consistent."""
-        import torch
-
-        key = (device_index, stream, split)
-        slots = self._slots.get(key)
-        if slots is None or slots.numel() < 2 * rows * split:
-            size = max(2 * rows * split, 2 * (slots.numel() if slots is not None else 2048))
-            if slots is not None:
-                self._retired.append(slots)
-            slots = self._slots[key] = torch.zeros(size, dtype=torch.int64, device=torch.device("cuda", device_index))
-            loader.register_stream_buffer(slots.data_ptr(), stream)
-        return slots
 
     def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
         function, seconds = loader.get_function(self.source, self.name_expression(config, dtype), code=self.source_code())

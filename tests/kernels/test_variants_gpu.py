@@ -125,7 +125,7 @@ def test_variant_matches_float64_reference(variant_name: str, dtype: str) -> Non
 # element past an allocation (every row start shifted) against an aligned output.
 OFFSET_VIEW_VARIANTS = ("cuda_block_online", "cuda_block_fused", "cuda_warp_row", "cuda_short_rows", "cuda_packed16", "cuda_online_two_pass",
                         "cuda_split_row", "cuda_smem_cache_medium", "cuda_smem_cache_extreme", "cuda_cluster_split",
-                        "cuda_grid_split")
+                        "cuda_grid_split", "cuda_long_split", "cuda_cluster_keep")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -1,0 +1,122 @@
+"""Softmax of rows past register capacity in one launch (``long_split.cu``): rows of 2^19-2^24+
+elements (long-context attention rows, very large vocabularies), where ``cuda_grid_split`` and
+``cuda_cluster_split`` cannot hold a row and one block per row leaves most SMs idle at small M.
+
+S blocks share each row; each streams its chunk into an online (max, sum), the partial pairs meet
+in epoch-tagged slots in global memory (``slot_exchange.cuh``, the protocol of ``grid_split``), and
+each block re-reads its chunk, last vector first, to write the output (from L2 where it still sits).
+
+A config is (block, unroll, chunk): threads per block, 16-byte loads in flight per thread, and the
+most 16-byte vectors one block takes while the row still fills the GPU. S is chosen per launch:
+ceil(vectors / chunk) blocks per row, raised to fill every resident block slot when the rows are
+fewer than that (M = 1: one row over every SM), and never more than the resident blocks (a row's
+blocks wait for each other). Beyond one resident wave, blocks take works in the order they start
+from a ticket counter (``slot_exchange.cuh``), so any M runs in one launch.
+
+Workspace per (device, stream, S) (``slot_workspace``): one int32 ticket counter and an int64 slot
+array of 2 * rows * S words (16 bytes per block of the largest launch), zero-filled once, grown by doubling.
+No dynamic shared memory; static shared memory is THREADS / 32 (max, sum) pairs and 20 bytes.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kernels.base import Build, KernelConfig, cdiv
+from kernels.cuda import loader
+from kernels.cuda.common import CudaVariant
+from kernels.cuda.loader import CUDA_TYPE
+from kernels.cuda.slot_workspace import SlotWorkspace
+from kernels.cuda.two_pass import MAX_GRID_X, MAX_ROW, vector_width
+
+EXCHANGE_HEADER = "slot_exchange.cuh"
+
+
+def split_for(m: int, vectors: int, chunk: int, min_share: int, resident: int) -> int:
+    """Blocks per row: enough that none takes more than ``chunk`` vectors; where the M rows would
+    then leave resident block slots empty, more (down to ``min_share`` vectors a block, one pass of
+    its threads' loads) so that every slot works; at most ``resident`` (a row's blocks must all be
+    resident together) and at least 1."""
+    split = cdiv(max(vectors, 1), chunk)
+    if m * split < resident:
+        split = max(split, min(resident // max(m, 1), cdiv(max(vectors, 1), min_share)))
+    return max(1, min(split, resident))
+
+
+class LongSplitCuda(SlotWorkspace, CudaVariant):
+    name = "cuda_long_split"
+    seed = "beyond-seeds"
+    source = "long_split.cu"
+    min_arch: ClassVar[int] = 70  # relaxed .gpu-scope loads / stores; nothing newer
+    description = (
+        "S blocks per row in one launch, row streamed in chunks (any N, O(1) registers): partial "
+        "(max, sum) pairs meet in epoch-tagged global slots, then each block re-reads its chunk "
+        "backwards (L2) to write. For rows past register capacity."
+    )
+    # (block, unroll, chunk vectors). 512 x 4 keeps 32 KB in flight per block; chunks of 2048-8192
+    # vectors (32-128 KB) keep the data in flight of a full wave (132 SMs x 2-4 blocks) near the
+    # H100's 50 MB L2, so the backwards re-read mostly hits it.
+    CONFIGS: ClassVar[tuple[tuple[int, int, int], ...]] = (
+        (256, 4, 2048), (512, 4, 4096), (512, 8, 8192), (1024, 4, 8192),
+    )
+
+    def all_configs(self) -> list[KernelConfig]:
+        return [KernelConfig.of(block=b, unroll=u, chunk=c) for b, u, c in self.CONFIGS]
+
+    @staticmethod
+    def _shape(config: KernelConfig) -> tuple[int, int, int]:
+        return int(config["block"]), int(config["unroll"]), int(config["chunk"])
+
+    def source_files(self):
+        return super().source_files() + [loader.SOURCE_DIR / EXCHANGE_HEADER]
+
+    def source_code(self) -> str:
+        include = f'#include "{EXCHANGE_HEADER}"'
+        return super().source_code().replace(include, (loader.SOURCE_DIR / EXCHANGE_HEADER).read_text())
+
+    def constraints(self, config: KernelConfig, dtype: str) -> dict[str, int]:
+        return {"n_max": MAX_ROW, "m_max": MAX_GRID_X}
+
+    def name_expression(self, config: KernelConfig, dtype: str) -> str:
+        return f"softmax_long_split<{CUDA_TYPE[dtype]}, {config['block']}, {config['unroll']}>"
+
+    def all_name_expressions(self, dtype: str) -> list[str]:
+        # configs differing only in chunk (a host-side choice) share their kernel
+        return list(dict.fromkeys(super().all_name_expressions(dtype)))
+
+    def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
+        function, seconds = loader.get_function(self.source, self.name_expression(config, dtype), code=self.source_code())
+        block, _, _ = self._shape(config)
+        resources = loader.resources_of(function, block, 0, compile_seconds=seconds)
+        return Build(self.name, config, dtype, self._launcher(function, config, dtype, resources.blocks_per_sm), resources)
+
+    def _launcher(self, function: Any, config: KernelConfig, dtype: str, blocks_per_sm: int | None):
+        block, unroll, chunk = self._shape(config)
+        _, _, sm_count = loader.device_limits()
+        resident = (blocks_per_sm or 0) * sm_count
+        if resident < 1:
+            raise ValueError(f"{self.name} {config.key}: the driver reports no resident block of {block} threads")
+        vec = vector_width(dtype)
+        splits: dict[tuple[int, int], int] = {}  # (m, n) -> S
+
+        def launch(x: Any, out: Any) -> None:
+            m, n = x.shape
+            if m == 0:
+                return
+            split = splits.get((m, n))
+            if split is None:
+                if len(splits) >= 256:
+                    splits.clear()
+                split = splits[(m, n)] = split_for(m, n // vec, chunk, block * unroll, resident)
+            if m * split > MAX_GRID_X:
+                raise ValueError(f"{self.name} {config.key}: M={m} needs more than {MAX_GRID_X} blocks")
+            device = x.device.index
+            stream = loader.current_raw_stream(device)
+            slots = self.slots(device, stream, m, split)
+            tickets = 0 if m * split <= resident else self.tickets(device, stream, split).data_ptr()
+            args = (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.uint64(slots.data_ptr()),
+                    np.uint64(tickets), np.int64(n), np.int32(split))
+            loader.launch(function, (m * split, 1, 1), (block, 1, 1), args)
+
+        return launch
