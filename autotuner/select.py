@@ -211,15 +211,12 @@ def reset_default_store() -> None:
 
 def _database_tables() -> list[DispatchTable]:
     """Current tables of the default database, only if its file already exists (never creates one)."""
-    from db.engine import DatabaseError, missing_sqlite_file, resolve_database_url
+    from db.location import chosen_database_url, missing_sqlite_file  # imports no SQLAlchemy
 
-    try:
-        url = resolve_database_url()
-    except DatabaseError:
-        return []
+    url = chosen_database_url()
     if missing_sqlite_file(url):
         return []
-    try:
+    try:  # a database is configured: only now are SQLAlchemy and the db package imported
         from autotuner.store import tables_in_database
 
         return tables_in_database(url)

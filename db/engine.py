@@ -9,7 +9,6 @@ is refused with a :class:`DatabaseError` that names the file and what was expect
 """
 from __future__ import annotations
 
-import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,9 +19,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError as SADatabaseError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from db.location import (  # noqa: F401 - ENV_VAR, default_database_path, missing_sqlite_file re-exported
+    ENV_VAR, chosen_database_url, default_database_path, missing_sqlite_file,
+)
 from db.models import APPLICATION_ID, SCHEMA_VERSION, Base, SchemaInfo
 
-ENV_VAR = "AUTOTUNER_DB"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
@@ -30,16 +31,9 @@ class DatabaseError(RuntimeError):
     """A database that cannot be used, with a message fit to show a user."""
 
 
-def default_database_path() -> Path:
-    data_home = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return data_home / "softmax-autotuner" / "tuning.sqlite"
-
-
 def resolve_database_url(url: str | None = None) -> str:
     """Explicit URL, else ``$AUTOTUNER_DB``, else the default SQLite file. A bare path is SQLite."""
-    chosen = url or os.environ.get(ENV_VAR) or str(default_database_path())
-    if "://" not in chosen:
-        chosen = f"sqlite:///{Path(chosen).expanduser().resolve()}"
+    chosen = chosen_database_url(url)
     try:
         make_url(chosen)
     except ArgumentError as exc:
@@ -48,11 +42,6 @@ def resolve_database_url(url: str | None = None) -> str:
             f"postgresql+psycopg://USER:PASS@HOST/DB): {exc}"
         ) from None
     return chosen
-
-
-def missing_sqlite_file(url: str) -> bool:
-    """True for an SQLite URL whose file does not exist: readers skip it rather than create it."""
-    return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DB-API types vary
