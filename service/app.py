@@ -18,9 +18,10 @@ from fastapi.openapi.utils import get_openapi
 from autotuner.exchange import ExchangeDocument
 from db.engine import make_engine, session_factory
 from service.config import Settings
-from service.errors import install_error_handlers
+from service.errors import install_error_handlers, internal_error_body
 from service.fast_dispatch import FastDispatch
-from service.routes import dispatch, health, kernels, measurements, page, runs, tables
+from service.middleware import ServiceMiddleware
+from service.routes import dispatch, docs, health, kernels, measurements, page, runs, tables
 from service.tables import LiveTables
 
 log = logging.getLogger(__name__)
@@ -56,15 +57,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             engine.dispose()
 
-    app = ServiceApp(title="Softmax autotuner", version="1", description=DESCRIPTION, lifespan=lifespan)
+    app = ServiceApp(title="Softmax autotuner", version="1", description=DESCRIPTION, lifespan=lifespan,
+                     docs_url=None, redoc_url=None)  # service/routes/docs.py serves both without a CDN
     app.fast_dispatch = FastDispatch(functools.partial(FastAPI.__call__, app), live, settings, dispatch.answer_dispatch)
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessions = session_factory(engine)
     app.state.tables = live
     install_error_handlers(app)
-    for module in (dispatch, tables, kernels, measurements, runs, health, page):
+    app.add_middleware(ServiceMiddleware, internal_error=internal_error_body)
+    for module in (dispatch, tables, kernels, measurements, runs, health, page, docs):
         app.include_router(module.router)
+    docs.mount_assets(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

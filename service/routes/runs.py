@@ -1,7 +1,8 @@
 """``POST /runs``: a GPU host uploads its sweep results (the exchange document the CLI exports).
 
 Order of checks, each before any work of the next: the bearer token (401), the body size (413), the
-JSON and its schema (422), then one transaction for the whole document, so nothing is half written.
+JSON and its schema (422), then one transaction for the whole document, so nothing is half written
+(concurrent uploads queue for SQLite's write lock rather than fail: see ``_import``).
 The body is read here rather than declared as a FastAPI body parameter because FastAPI parses a
 declared body before it runs dependencies, and an unauthenticated caller must get 401 whatever it sent.
 """
@@ -11,9 +12,10 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import Engine
 
 from autotuner.exchange import ExchangeDocument, ImportSummary, import_runs, parse_document
+from db.retry import in_transaction
 from service.deps import SettingsDep, UploadAuthDep
 from service.errors import ERROR_RESPONSES, ApiError, invalid
 from service.schemas import ErrorBody
@@ -38,7 +40,7 @@ UPLOAD_BODY = {
 )
 async def upload_runs(request: Request, _authorised: UploadAuthDep, settings: SettingsDep) -> ImportSummary:
     body = await _read_body(request, settings.max_upload_bytes)
-    return await run_in_threadpool(_import, request.app.state.sessions, body)
+    return await run_in_threadpool(_import, request.app.state.engine, body)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -54,13 +56,15 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _import(sessions: sessionmaker[Session], body: bytes) -> ImportSummary:
-    """Parse, validate and write in a worker thread: a large document must not stall the event loop."""
+def _import(engine: Engine, body: bytes) -> ImportSummary:
+    """Parse and validate, then write in one transaction, in a worker thread (a large document must
+    not stall the event loop). On SQLite the transaction takes the write lock at its start
+    (``BEGIN IMMEDIATE``), so a concurrent upload waits for it (``busy_timeout``) instead of failing
+    when a read transaction cannot be upgraded; any remaining lock or serialization conflict reruns
+    the whole write (``db.retry``)."""
     document = _validated(body)
-    with sessions() as session:  # leaving without commit rolls everything back
-        summary = import_runs(session, document)
-        session.commit()
-    return summary
+    writer = engine.execution_options(sqlite_begin="IMMEDIATE")
+    return in_transaction(writer, lambda session: import_runs(session, document), what="upload of runs")
 
 
 def _validated(body: bytes) -> ExchangeDocument:
