@@ -248,3 +248,4 @@ def serve(
 from autotuner import cli_sweep  # noqa: E402,F401 - registers the sweep and status commands
 from autotuner import cli_evaluate  # noqa: E402,F401 - registers the evaluate and bench commands
 from autotuner import cli_exchange  # noqa: E402,F401 - registers export and import
+from autotuner import cli_db  # noqa: E402,F401 - registers db upgrade and db current

@@ -9,6 +9,7 @@ is refused with a :class:`DatabaseError` that names the file and what was expect
 """
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +26,8 @@ from db.location import (  # noqa: F401 - ENV_VAR, default_database_path, missin
 from db.models import APPLICATION_ID, SCHEMA_VERSION, Base, SchemaInfo
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+log = logging.getLogger(__name__)
 
 
 class DatabaseError(RuntimeError):
@@ -64,8 +67,10 @@ def _sqlite_begin(connection) -> None:  # noqa: ANN001
     connection.exec_driver_sql(f"BEGIN {mode}".strip())
 
 
-def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
-    """An engine for ``url`` (resolved as above), schema created if ``create`` and checked."""
+def make_engine(url: str | None = None, *, create: bool = True, check: bool = True) -> Engine:
+    """An engine for ``url`` (resolved as above), schema created if ``create`` and checked (an older
+    SQLite schema upgraded, see ``check_schema``). ``check=False`` skips all of that (for
+    ``autotuner db upgrade``, which must open a database at any version)."""
     resolved = resolve_database_url(url)
     parsed = make_url(resolved)
     is_sqlite = parsed.get_backend_name() == "sqlite"
@@ -91,6 +96,8 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     if is_sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
+    if not check:
+        return engine
     try:
         check_schema(engine, create=create)
     except (OperationalError, SADatabaseError, ValueError) as exc:
@@ -104,7 +111,9 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
 
 
 def check_schema(engine: Engine, *, create: bool) -> None:
-    """Create our tables in an empty database; refuse a foreign or other-version one."""
+    """Create our tables in an empty database (stamped at the Alembic head); refuse a foreign one.
+    An older schema is upgraded where ``create`` and the database is an SQLite file (after a backup
+    copy beside it), else refused with the command that upgrades it; a newer one is refused."""
     tables = set(inspect(engine).get_table_names())
     where = engine.url.render_as_string(hide_password=True)
     if not tables:
@@ -117,6 +126,9 @@ def check_schema(engine: Engine, *, create: bool) -> None:
                     SchemaInfo(key="application", value=APPLICATION_ID),
                     SchemaInfo(key="schema_version", value=str(SCHEMA_VERSION)),
                 ])
+            from db.migrate import stamp_head
+
+            stamp_head(engine)
             return
         except (OperationalError, SADatabaseError):
             # Another process created the schema between our look and our create (two sweeps started
@@ -139,13 +151,31 @@ def check_schema(engine: Engine, *, create: bool) -> None:
     if info.get("application") != APPLICATION_ID:
         raise DatabaseError(f"database {where} belongs to {info.get('application')!r}, not {APPLICATION_ID}")
     if info.get("schema_version") != str(SCHEMA_VERSION):
-        raise DatabaseError(
-            f"database {where} has schema version {info.get('schema_version')}, this program "
-            f"reads version {SCHEMA_VERSION}"
-        )
+        _older_schema(engine, str(info.get("schema_version")), create=create)
     missing = set(Base.metadata.tables) - tables
     if missing:
         Base.metadata.create_all(engine, tables=[Base.metadata.tables[t] for t in sorted(missing)])
+
+
+def _older_schema(engine: Engine, version: str, *, create: bool) -> None:
+    """Upgrade an older SQLite file opened by a writer (backup first); refuse anything else."""
+    where = engine.url.render_as_string(hide_password=True)
+    if not version.isdigit() or int(version) > SCHEMA_VERSION:
+        raise DatabaseError(f"database {where} has schema version {version}, newer than this program's "
+                            f"{SCHEMA_VERSION}: upgrade softmax-autotuner to use it")
+    database = engine.url.database
+    if create and engine.url.get_backend_name() == "sqlite" and database and database != ":memory:":
+        from db.migrate import backup_sqlite, upgrade
+
+        backup = backup_sqlite(Path(database), version)
+        upgrade(engine)
+        log.warning("upgraded %s from schema version %s to %s; the old file is kept as %s", where, version,
+                    SCHEMA_VERSION, backup)
+        return
+    raise DatabaseError(
+        f"database {where} has schema version {version}, this program reads version {SCHEMA_VERSION}; "
+        f"upgrade it (back it up first) with: autotuner db upgrade --db '{where}'"
+    )
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:
