@@ -18,7 +18,7 @@ from db.queries import MEASUREMENT_FIELDS
 COPY_REFERENCE_FIELDS = ("median_us", "p20_us", "p80_us", "repetitions", "gbps")
 MEASUREMENT_KEY = ("run_id", "candidate_id", "m", "n", "dtype")
 COPY_REFERENCE_KEY = ("run_id", "m", "n", "dtype")
-BATCH_ROWS = 2000
+BATCH_ROWS = 5000
 
 
 def upsert_measurements(session: Session, rows: Iterable[Mapping[str, Any]]) -> int:
@@ -34,34 +34,37 @@ def upsert_copy_references(session: Session, rows: Iterable[Mapping[str, Any]]) 
 
 def _upsert(session: Session, table: Table, key: Sequence[str], fields: Sequence[str],
             rows: Iterable[Mapping[str, Any]]) -> int:
+    """One driver-level ``executemany`` per batch: SQLAlchemy's per-row parameter processing costs
+    more than SQLite's insert itself, so values go to the driver as tuples, converted only where the
+    column's type has a bind processor (SQLite's DateTime)."""
+    connection = session.connection()
+    dialect = connection.dialect
+    if dialect.name not in ("sqlite", "postgresql"):
+        raise NotImplementedError(f"bulk upsert supports SQLite and PostgreSQL, not {dialect.name}")
     dated_table = "created_at" in table.c
+    columns = [*key, *fields, *(["created_at"] if dated_table else [])]
+    processors = [(i, p) for i, name in enumerate(columns)
+                  if (p := table.c[name].type.dialect_impl(dialect).bind_processor(dialect))]
     now = utcnow()
-    groups: dict[bool, list[dict[str, Any]]] = {True: [], False: []}  # created_at given -> rows
+    groups: dict[bool, list[list[Any]]] = {True: [], False: []}  # created_at given -> rows
     for row in rows:
-        values = {name: row[name] for name in key}
-        values.update({name: row.get(name) for name in fields})
+        values = [row[name] for name in key] + [row.get(name) for name in fields]
         given = row.get("created_at") if dated_table else None
         if dated_table:
-            values["created_at"] = given or now
+            values.append(given or now)
+        for index, process in processors:
+            values[index] = process(values[index])
         groups[given is not None].append(values)
+    marker = "?" if dialect.paramstyle == "qmark" else "%s"
+    quote = dialect.identifier_preparer.quote
     for date_given, group in groups.items():
         if not group:
             continue
-        statement = _insert(session, table)
         overwritten = [*fields, "created_at"] if date_given else list(fields)
-        statement = statement.on_conflict_do_update(
-            index_elements=list(key), set_={name: statement.excluded[name] for name in overwritten})
+        sql = (f"INSERT INTO {quote(table.name)} ({', '.join(map(quote, columns))}) "
+               f"VALUES ({', '.join([marker] * len(columns))}) "
+               f"ON CONFLICT ({', '.join(map(quote, key))}) DO UPDATE SET "
+               + ", ".join(f"{quote(name)} = excluded.{quote(name)}" for name in overwritten))
         for start in range(0, len(group), BATCH_ROWS):
-            session.execute(statement, group[start:start + BATCH_ROWS])
+            connection.exec_driver_sql(sql, [tuple(values) for values in group[start:start + BATCH_ROWS]])
     return len(groups[True]) + len(groups[False])
-
-
-def _insert(session: Session, table: Table):  # noqa: ANN202 - a dialect's Insert construct
-    dialect = session.get_bind().dialect.name
-    if dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    elif dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        raise NotImplementedError(f"bulk upsert supports SQLite and PostgreSQL, not {dialect}")
-    return insert(table)
