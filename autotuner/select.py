@@ -83,9 +83,12 @@ class KernelChoice:
 class TableStore:
     """The tables a process answers from, keyed by (gpu, dtype, timing method)."""
 
-    def __init__(self, tables: Iterable[DispatchTable] = ()):
+    def __init__(self, tables: Iterable[DispatchTable] = (), *, cache_limit: int = CACHE_LIMIT):
         self._tables: dict[tuple[str, str, str], DispatchTable] = {}
         self._cache: dict[tuple[int, int, str, str, str], KernelChoice] = {}
+        # Each cached answer is a few garbage-collected objects; a process that caches answers
+        # elsewhere (the service caches response bytes) keeps this small so full GC passes stay short.
+        self._cache_limit = cache_limit
         self._lock = threading.Lock()
         for table in tables:
             self.add(table)
@@ -117,7 +120,7 @@ class TableStore:
         if hit is not None:
             return hit
         choice = self._select_uncached(m, n, dtype, gpu, method, allow_fallback)
-        if len(self._cache) >= CACHE_LIMIT:
+        if len(self._cache) >= self._cache_limit:
             self._cache.clear()  # cheap and rare; the working set refills in microseconds per shape
         self._cache[key] = choice
         return choice

@@ -8,6 +8,7 @@ a tuning database is refused at start-up with ``db.DatabaseError``.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -50,6 +51,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         live.refresh(force=True)
+        # Everything made at start-up (modules, routes, schemas, the tables) lives as long as the
+        # process: out of the collector's scans, a full pass covers only what requests leave behind.
+        gc.collect()
+        gc.freeze()
         log.info("serving %d dispatch tables for GPUs %s from %s", len(live.store.tables()),
                  ", ".join(live.store.gpus()) or "none", engine.url.render_as_string(hide_password=True))
         try:
