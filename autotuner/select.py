@@ -83,12 +83,12 @@ class KernelChoice:
 class TableStore:
     """The tables a process answers from, keyed by (gpu, dtype, timing method)."""
 
-    def __init__(self, tables: Iterable[DispatchTable] = (), *, cache_limit: int = CACHE_LIMIT):
+    def __init__(self, tables: Iterable[DispatchTable] = (), *, cache_limit: int | None = None):
         self._tables: dict[tuple[str, str, str], DispatchTable] = {}
         self._cache: dict[tuple[int, int, str, str, str], KernelChoice] = {}
         # Each cached answer is a few garbage-collected objects; a process that caches answers
         # elsewhere (the service caches response bytes) keeps this small so full GC passes stay short.
-        self._cache_limit = cache_limit
+        self._cache_limit = CACHE_LIMIT if cache_limit is None else cache_limit
         self._lock = threading.Lock()
         for table in tables:
             self.add(table)

@@ -60,6 +60,15 @@ async def require_upload_token(
         raise ApiError(401, "wrong bearer token", headers=challenge)
 
 
+def bearer_from_header(request: Request) -> HTTPAuthorizationCredentials | None:
+    """The request's bearer credentials, read without declaring a security scheme (for a route that
+    is open to all and only shows more to the token holder: its schema must not demand a token)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return HTTPAuthorizationCredentials(scheme="Bearer", credentials=token.strip())
+
+
 def bearer_matches(settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> bool:
     """The request carries the server's upload token (never true with no token configured)."""
     if settings.upload_token is None or credentials is None:
@@ -69,7 +78,6 @@ def bearer_matches(settings: Settings, credentials: HTTPAuthorizationCredentials
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 SessionDep = Annotated[Session, Depends(get_session)]
 LiveTablesDep = Annotated[LiveTables, Depends(get_live_tables)]
 TableStoreDep = Annotated[TableStore, Depends(get_table_store)]

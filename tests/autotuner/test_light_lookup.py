@@ -14,11 +14,12 @@ PROBE = """
 import sys, time, json
 if {block_sqlalchemy}:
     sys.modules["sqlalchemy"] = None  # as if not installed: any import of it raises ImportError
-started = time.perf_counter()
+started, cpu_started = time.perf_counter(), time.process_time()
 import autotuner
 choice = autotuner.select_kernel(1, 4096, "fp16", "h100")
 elapsed_ms = (time.perf_counter() - started) * 1e3
-print(json.dumps({{"ms": elapsed_ms, "variant": choice.variant, "source": choice.source,
+cpu_ms = (time.process_time() - cpu_started) * 1e3
+print(json.dumps({{"ms": elapsed_ms, "cpu_ms": cpu_ms, "variant": choice.variant, "source": choice.source,
                   "sqlalchemy": "sqlalchemy" in sys.modules and sys.modules["sqlalchemy"] is not None,
                   "db_engine": "db.engine" in sys.modules}}))
 """
@@ -38,9 +39,12 @@ def test_no_database_configured_imports_no_sqlalchemy(tmp_path):
 
 
 def test_first_lookup_in_a_fresh_process_is_fast(tmp_path):
-    # best of three fresh processes: the CPU machine is shared, and one slow start is the neighbours'
-    best = min(_probe(tmp_path)["ms"] for _ in range(3))
-    assert best <= 50.0, f"import autotuner + first select_kernel took {best:.1f} ms (bound 50 ms)"
+    # The process's own CPU time, best of three fresh processes: the CPU machine is shared, and its
+    # wall time then counts the neighbours' work too (94 ms wall at load average 8, 39-41 ms quiet).
+    runs = [_probe(tmp_path) for _ in range(3)]
+    best = min(run["cpu_ms"] for run in runs)
+    assert best <= 50.0, (f"import autotuner + first select_kernel took {best:.1f} ms of CPU (bound 50 ms; "
+                          f"wall {min(run['ms'] for run in runs):.1f} ms)")
 
 
 def test_lookup_works_without_sqlalchemy_installed(tmp_path):
