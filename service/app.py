@@ -24,6 +24,7 @@ from service.fast_dispatch import FastDispatch
 from service.middleware import ServiceMiddleware
 from service.routes import dispatch, docs, health, kernels, measurements, page, runs, tables
 from service.tables import LiveTables
+from service.upload_worker import UploadWorker
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     engine = make_engine(settings.database_url, create=True)
     live = LiveTables(engine, settings.reload_interval_s, settings.shipped_tables)
+    upload_worker = UploadWorker(settings.database_url)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -60,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            upload_worker.close()
             engine.dispose()
 
     app = ServiceApp(title="Softmax autotuner", version="1", description=DESCRIPTION, lifespan=lifespan,
@@ -69,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.sessions = session_factory(engine)
     app.state.tables = live
+    app.state.upload_worker = upload_worker
     install_error_handlers(app)
     app.add_middleware(ServiceMiddleware, internal_error=internal_error_body)
     for module in (dispatch, tables, kernels, measurements, runs, health, page, docs):

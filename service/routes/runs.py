@@ -2,7 +2,8 @@
 
 Order of checks, each before any work of the next: the bearer token (401), the body size (413), the
 JSON and its schema (422), then one transaction for the whole document, so nothing is half written
-(concurrent uploads queue for SQLite's write lock rather than fail: see ``_import``).
+(concurrent uploads queue for SQLite's write lock rather than fail: see ``_import``). Parsing and
+writing run in the app's upload process (``service/upload_worker.py``), off the serving process's GIL.
 The body is read here rather than declared as a FastAPI body parameter because FastAPI parses a
 declared body before it runs dependencies, and an unauthenticated caller must get 401 whatever it sent.
 """
@@ -40,7 +41,21 @@ UPLOAD_BODY = {
 )
 async def upload_runs(request: Request, _authorised: UploadAuthDep, settings: SettingsDep) -> ImportSummary:
     body = await _read_body(request, settings.max_upload_bytes)
-    return await run_in_threadpool(_import, request.app.state.engine, body)
+    engine = request.app.state.engine
+    if engine.url.get_backend_name() == "sqlite" and engine.url.database in (None, "", ":memory:"):
+        return await run_in_threadpool(_import, engine, body)  # a private in-memory database: this process only
+    if not body.strip():
+        _validated(body)  # the empty-body 422, without a trip to the worker
+    outcome, value = await request.app.state.upload_worker.run(body)
+    if outcome == "invalid":
+        raise RequestValidationError(value)
+    if outcome == "error":
+        raise UploadFailed(value)
+    return ImportSummary.model_validate(value)
+
+
+class UploadFailed(RuntimeError):
+    """The upload worker's write failed; it logged the traceback. Answered as a 500."""
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
