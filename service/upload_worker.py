@@ -23,13 +23,23 @@ log = logging.getLogger(__name__)
 _engines: dict[str, Any] = {}  # in the worker: one engine per database URL
 
 
+def write_document(engine: Any, document: Any) -> Any:
+    """One transaction for the whole document, retried as a whole on a lock or serialization
+    conflict; on SQLite it takes the write lock at its start (``BEGIN IMMEDIATE``), so concurrent
+    uploads wait for it (``busy_timeout``) instead of failing when a read cannot be upgraded."""
+    from autotuner.exchange import import_runs
+    from db.retry import in_transaction
+
+    writer = engine.execution_options(sqlite_begin="IMMEDIATE")
+    return in_transaction(writer, lambda session: import_runs(session, document), what="upload of runs")
+
+
 def import_document(database_url: str, body: bytes) -> tuple[str, Any]:
     """Runs in the worker: parse, validate, write in one retried transaction (see ``routes.runs``)."""
     from pydantic import ValidationError
 
-    from autotuner.exchange import import_runs, parse_document
+    from autotuner.exchange import parse_document
     from db.engine import make_engine
-    from db.retry import in_transaction
 
     try:
         document = parse_document(body)
@@ -42,8 +52,7 @@ def import_document(database_url: str, body: bytes) -> tuple[str, Any]:
         engine = _engines.get(database_url)
         if engine is None:
             engine = _engines[database_url] = make_engine(database_url, create=False)
-        writer = engine.execution_options(sqlite_begin="IMMEDIATE")
-        summary = in_transaction(writer, lambda session: import_runs(session, document), what="upload of runs")
+        summary = write_document(engine, document)
     except Exception as exc:
         log.exception("upload failed")
         return "error", type(exc).__name__

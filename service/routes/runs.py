@@ -2,7 +2,7 @@
 
 Order of checks, each before any work of the next: the bearer token (401), the body size (413), the
 JSON and its schema (422), then one transaction for the whole document, so nothing is half written
-(concurrent uploads queue for SQLite's write lock rather than fail: see ``_import``). Parsing and
+(concurrent uploads queue for SQLite's write lock rather than fail: see ``write_document``). Parsing and
 writing run in the app's upload process (``service/upload_worker.py``), off the serving process's GIL.
 The body is read here rather than declared as a FastAPI body parameter because FastAPI parses a
 declared body before it runs dependencies, and an unauthenticated caller must get 401 whatever it sent.
@@ -15,11 +15,11 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from sqlalchemy import Engine
 
-from autotuner.exchange import ExchangeDocument, ImportSummary, import_runs, parse_document
-from db.retry import in_transaction
+from autotuner.exchange import ExchangeDocument, ImportSummary, parse_document
 from service.deps import SettingsDep, UploadAuthDep
 from service.errors import ERROR_RESPONSES, ApiError, invalid
 from service.schemas import ErrorBody
+from service.upload_worker import write_document
 
 router = APIRouter(tags=["runs"])
 
@@ -72,14 +72,9 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 def _import(engine: Engine, body: bytes) -> ImportSummary:
-    """Parse and validate, then write in one transaction, in a worker thread (a large document must
-    not stall the event loop). On SQLite the transaction takes the write lock at its start
-    (``BEGIN IMMEDIATE``), so a concurrent upload waits for it (``busy_timeout``) instead of failing
-    when a read transaction cannot be upgraded; any remaining lock or serialization conflict reruns
-    the whole write (``db.retry``)."""
-    document = _validated(body)
-    writer = engine.execution_options(sqlite_begin="IMMEDIATE")
-    return in_transaction(writer, lambda session: import_runs(session, document), what="upload of runs")
+    """Parse, validate and write in a worker thread of this process (a private in-memory database,
+    which the upload process cannot see)."""
+    return write_document(engine, _validated(body))
 
 
 def _validated(body: bytes) -> ExchangeDocument:
