@@ -19,7 +19,12 @@ def softmax(x: Any, dim: int = -1) -> Any:
 
 
 def _default_database_tables() -> list[Any]:
-    # imported when the default store is first built, so ``import autotuner`` loads no SQLAlchemy
+    # called when the default store is first built; SQLAlchemy is imported only where a database file
+    # exists (db.location answers that without it), so a lookup with no database never loads it
+    from db.location import chosen_database_url, missing_sqlite_file
+
+    if missing_sqlite_file(chosen_database_url()):
+        return []
     from autotuner.records.store import default_database_tables
 
     return default_database_tables()

@@ -9,7 +9,7 @@ is refused with a :class:`DatabaseError` that names the file and what was expect
 """
 from __future__ import annotations
 
-import os
+import logging
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,10 +20,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError as SADatabaseError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from db.location import (  # noqa: F401 - ENV_VAR, default_database_path, missing_sqlite_file re-exported
+    ENV_VAR, chosen_database_url, default_database_path, missing_sqlite_file,
+)
 from db.models import APPLICATION_ID, SCHEMA_VERSION, Base, SchemaInfo
 
-ENV_VAR = "AUTOTUNER_DB"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+log = logging.getLogger(__name__)
 
 
 class DatabaseError(RuntimeError):
@@ -38,16 +42,9 @@ class EmptyDatabaseError(DatabaseError):
     """The database has no tables yet (a fresh install), where a reader asked not to create them."""
 
 
-def default_database_path() -> Path:
-    data_home = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return data_home / "softmax-autotuner" / "tuning.sqlite"
-
-
 def resolve_database_url(url: str | None = None) -> str:
     """Explicit URL, else ``$AUTOTUNER_DB``, else the default SQLite file. A bare path is SQLite."""
-    chosen = url or os.environ.get(ENV_VAR) or str(default_database_path())
-    if "://" not in chosen:
-        chosen = f"sqlite:///{Path(chosen).expanduser().resolve()}"
+    chosen = chosen_database_url(url)
     try:
         make_url(chosen)
     except ArgumentError as exc:
@@ -56,11 +53,6 @@ def resolve_database_url(url: str | None = None) -> str:
             f"postgresql+psycopg://USER:PASS@HOST/DB): {exc}"
         ) from None
     return chosen
-
-
-def missing_sqlite_file(url: str) -> bool:
-    """True for an SQLite URL whose file does not exist: readers skip it rather than create it."""
-    return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # noqa: ANN001 - DB-API types vary
@@ -83,8 +75,10 @@ def _sqlite_begin(connection) -> None:  # noqa: ANN001
     connection.exec_driver_sql(f"BEGIN {mode}".strip())
 
 
-def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
-    """An engine for ``url`` (resolved as above), schema created if ``create`` and checked."""
+def make_engine(url: str | None = None, *, create: bool = True, check: bool = True) -> Engine:
+    """An engine for ``url`` (resolved as above), schema created if ``create`` and checked (an older
+    SQLite schema upgraded, see ``check_schema``). ``check=False`` skips all of that (for
+    ``autotuner db upgrade``, which must open a database at any version)."""
     resolved = resolve_database_url(url)
     parsed = make_url(resolved)
     is_sqlite = parsed.get_backend_name() == "sqlite"
@@ -116,6 +110,8 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
     if is_sqlite:
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
+    if not check:
+        return engine
     try:
         check_schema(engine, create=create)
     except (OperationalError, SADatabaseError, ValueError) as exc:
@@ -129,7 +125,9 @@ def make_engine(url: str | None = None, *, create: bool = True) -> Engine:
 
 
 def check_schema(engine: Engine, *, create: bool) -> None:
-    """Create our tables in an empty database; refuse a foreign or other-version one."""
+    """Create our tables in an empty database (stamped at the Alembic head); refuse a foreign one.
+    An older schema is upgraded where ``create`` and the database is an SQLite file (after a backup
+    copy beside it), else refused with the command that upgrades it; a newer one is refused."""
     tables = set(inspect(engine).get_table_names())
     where = engine.url.render_as_string(hide_password=True)
     if not tables:
@@ -142,6 +140,9 @@ def check_schema(engine: Engine, *, create: bool) -> None:
                     SchemaInfo(key="application", value=APPLICATION_ID),
                     SchemaInfo(key="schema_version", value=str(SCHEMA_VERSION)),
                 ])
+            from db.migrate import stamp_head
+
+            stamp_head(engine)
             return
         except (OperationalError, SADatabaseError):
             # Another process created the schema between our look and our create (two sweeps started
@@ -164,13 +165,31 @@ def check_schema(engine: Engine, *, create: bool) -> None:
     if info.get("application") != APPLICATION_ID:
         raise DatabaseError(f"database {where} belongs to {info.get('application')!r}, not {APPLICATION_ID}")
     if info.get("schema_version") != str(SCHEMA_VERSION):
-        raise DatabaseError(
-            f"database {where} has schema version {info.get('schema_version')}, this program "
-            f"reads version {SCHEMA_VERSION}"
-        )
+        _older_schema(engine, str(info.get("schema_version")), create=create)
     missing = set(Base.metadata.tables) - tables
     if missing:
         Base.metadata.create_all(engine, tables=[Base.metadata.tables[t] for t in sorted(missing)])
+
+
+def _older_schema(engine: Engine, version: str, *, create: bool) -> None:
+    """Upgrade an older SQLite file opened by a writer (backup first); refuse anything else."""
+    where = engine.url.render_as_string(hide_password=True)
+    if not version.isdigit() or int(version) > SCHEMA_VERSION:
+        raise DatabaseError(f"database {where} has schema version {version}, newer than this program's "
+                            f"{SCHEMA_VERSION}: upgrade softmax-autotuner to use it")
+    database = engine.url.database
+    if create and engine.url.get_backend_name() == "sqlite" and database and database != ":memory:":
+        from db.migrate import backup_sqlite, upgrade
+
+        backup = backup_sqlite(Path(database), version)
+        upgrade(engine)
+        log.warning("upgraded %s from schema version %s to %s; the old file is kept as %s", where, version,
+                    SCHEMA_VERSION, backup)
+        return
+    raise DatabaseError(
+        f"database {where} has schema version {version}, this program reads version {SCHEMA_VERSION}; "
+        f"upgrade it (back it up first) with: autotuner db upgrade --db '{where}'"
+    )
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -17,13 +17,14 @@ from sqlalchemy import (
     ForeignKey,
     Integer,
     MetaData,
+    Index,
     String,
     Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # = the Alembic head's (db/migrations/versions); each revision sets it
 APPLICATION_ID = "softmax-autotuner"
 
 NAMING_CONVENTION = {
@@ -111,7 +112,8 @@ class Measurement(Base):
     failures keep their error text and are never timed or chosen."""
 
     __tablename__ = "measurements"
-    __table_args__ = (UniqueConstraint("run_id", "candidate_id", "m", "n", "dtype"),)
+    __table_args__ = (UniqueConstraint("run_id", "candidate_id", "m", "n", "dtype"),
+                      Index("ix_measurements_shape", "dtype", "m", "n"))
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("sweep_runs.id"), index=True)
     candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id"), index=True)

@@ -8,6 +8,7 @@ a tuning database is refused at start-up with ``db.DatabaseError``.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -18,10 +19,12 @@ from fastapi.openapi.utils import get_openapi
 from autotuner.records.exchange import ExchangeDocument
 from db.engine import make_engine, session_factory
 from service.config import Settings
-from service.errors import install_error_handlers
+from service.errors import install_error_handlers, internal_error_body
 from service.fast_dispatch import FastDispatch
-from service.routes import dispatch, health, kernels, measurements, page, runs, tables
+from service.middleware import ServiceMiddleware
+from service.routes import dispatch, docs, health, kernels, measurements, page, runs, tables
 from service.tables import LiveTables
+from service.upload_worker import UploadWorker
 
 log = logging.getLogger(__name__)
 
@@ -45,26 +48,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     engine = make_engine(settings.database_url, create=True)
     live = LiveTables(engine, settings.reload_interval_s, settings.shipped_tables)
+    upload_worker = UploadWorker(settings.database_url)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         live.refresh(force=True)
+        # Everything made at start-up (modules, routes, schemas, the tables) lives as long as the
+        # process: out of the collector's scans, a full pass covers only what requests leave behind.
+        gc.collect()
+        gc.freeze()
         log.info("serving %d dispatch tables for GPUs %s from %s", len(live.store.tables()),
                  ", ".join(live.store.gpus()) or "none", engine.url.render_as_string(hide_password=True))
         try:
             yield
         finally:
+            upload_worker.close()
             engine.dispose()
 
-    app = ServiceApp(title="Softmax autotuner", version="1", description=DESCRIPTION, lifespan=lifespan)
+    app = ServiceApp(title="Softmax autotuner", version="1", description=DESCRIPTION, lifespan=lifespan,
+                     docs_url=None, redoc_url=None)  # service/routes/docs.py serves both without a CDN
     app.fast_dispatch = FastDispatch(functools.partial(FastAPI.__call__, app), live, settings, dispatch.answer_dispatch)
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessions = session_factory(engine)
     app.state.tables = live
+    app.state.upload_worker = upload_worker
     install_error_handlers(app)
-    for module in (dispatch, tables, kernels, measurements, runs, health, page):
+    app.add_middleware(ServiceMiddleware, internal_error=internal_error_body)
+    for module in (dispatch, tables, kernels, measurements, runs, health, page, docs):
         app.include_router(module.router)
+    docs.mount_assets(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -56,9 +56,25 @@ async def require_upload_token(
         raise ApiError(401, "uploads are disabled: the server has no AUTOTUNER_UPLOAD_TOKEN configured", headers=challenge)
     if credentials is None:
         raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <token>'", headers=challenge)
-    expected = settings.upload_token.get_secret_value().encode()
-    if not secrets.compare_digest(credentials.credentials.encode(), expected):
+    if not bearer_matches(settings, credentials):
         raise ApiError(401, "wrong bearer token", headers=challenge)
+
+
+def bearer_from_header(request: Request) -> HTTPAuthorizationCredentials | None:
+    """The request's bearer credentials, read without declaring a security scheme (for a route that
+    is open to all and only shows more to the token holder: its schema must not demand a token)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return HTTPAuthorizationCredentials(scheme="Bearer", credentials=token.strip())
+
+
+def bearer_matches(settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> bool:
+    """The request carries the server's upload token (never true with no token configured)."""
+    if settings.upload_token is None or credentials is None:
+        return False
+    expected = settings.upload_token.get_secret_value().encode()
+    return secrets.compare_digest(credentials.credentials.encode(), expected)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

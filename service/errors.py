@@ -11,7 +11,7 @@ from typing import Any, Iterable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.schemas import ErrorBody
@@ -102,10 +102,16 @@ async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
                         headers=exc.headers)
 
 
-async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
+def internal_error_body(exc: Exception) -> bytes:
+    """The JSON body of a 500: the exception's type only, never its text or traceback."""
     body = ErrorBody(message=f"internal error ({type(exc).__name__}); the server log has the details")
-    return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=500)
+    return body.model_dump_json(exclude_none=True).encode()
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    # Reached only where service.middleware.ServiceMiddleware is not installed (it answers first).
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return Response(internal_error_body(exc), status_code=500, media_type="application/json")
 
 
 def install_error_handlers(app: FastAPI) -> None:

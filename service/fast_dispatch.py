@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from autotuner.lookup.select import TableStore
 from service.config import Settings
+from service.middleware import API_CSP, RAW_COMMON_HEADERS
 from service.schemas import DispatchAnswer, DispatchQuery
 from service.tables import LiveTables
 
@@ -33,7 +34,9 @@ ASGIApp = Callable[[Message, Callable[[], Awaitable[Message]], Callable[[Message
 Answer = Callable[[TableStore, Settings, DispatchQuery], DispatchAnswer]
 
 DEFAULT_MAX_ENTRIES = 16_384
-JSON_HEADER = (b"content-type", b"application/json")
+# the headers service.middleware adds to every other response (this path answers before it runs)
+FIXED_HEADERS = [(b"content-type", b"application/json"), *RAW_COMMON_HEADERS,
+                 (b"content-security-policy", API_CSP.encode())]
 
 
 class FastDispatch:
@@ -74,7 +77,7 @@ class FastDispatch:
                 del self._entries[next(iter(self._entries))]
             self._entries[key] = body
         await send({"type": "http.response.start", "status": 200,
-                    "headers": [JSON_HEADER, (b"content-length", str(len(body)).encode())]})
+                    "headers": [*FIXED_HEADERS, (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
     def _answer(self, query_string: bytes) -> bytes | None:

@@ -135,7 +135,8 @@ class MeasurementOut(BaseModel):
     occupancy: Optional[float] = None
     max_rel_error: Optional[float] = None
     compile_seconds: Optional[float] = None
-    error: Optional[str] = None
+    error: Optional[str] = Field(default=None, description="the failure's text, cut to 2,000 characters")
+    error_chars: Optional[int] = Field(default=None, description="length of the whole stored error text")
     created_at: Optional[UtcDatetime] = None
 
 
@@ -144,11 +145,14 @@ class MeasurementPage(BaseModel):
     limit: int
     offset: int
     items: list[MeasurementOut]
+    next_offset: Optional[int] = Field(default=None, description="offset of the next page; null on the last page. "
+                                       "May be less than offset + limit: a page stops at about 1 MiB of items")
 
 
 class DatabaseHealth(BaseModel):
     reachable: bool
-    url: str = Field(description="the database URL, password hidden")
+    backend: str = Field(description="the database's kind: sqlite or postgresql")
+    url: Optional[str] = Field(default=None, description="the database URL, password hidden; only with the upload token")
     error: Optional[str] = None
 
 

@@ -35,6 +35,11 @@ class EncodedTable:
     etag: str
 
 
+# /dispatch answers are cached as response bytes (service/fast_dispatch.py, not tracked by the
+# garbage collector); the store's own cache of answer objects only needs to cover a burst.
+STORE_CACHE_LIMIT = 2048
+
+
 class LiveTables:
     """A :class:`TableStore` plus where each table came from, reloaded when the database changes.
 
@@ -44,7 +49,7 @@ class LiveTables:
         self.engine = engine
         self.reload_interval_s = reload_interval_s
         self.include_shipped = include_shipped
-        self.store = TableStore()
+        self.store = TableStore(cache_limit=STORE_CACHE_LIMIT)
         self.generation = 0
         self.database_keys: frozenset[tuple[str, str, str]] = frozenset()
         self.loaded_at: float | None = None

@@ -91,10 +91,13 @@ class KernelChoice:
 class TableStore:
     """The tables a process answers from, keyed by (gpu, dtype, timing method)."""
 
-    def __init__(self, tables: Iterable[DispatchTable] = ()):
+    def __init__(self, tables: Iterable[DispatchTable] = (), *, cache_limit: int | None = None):
         self._tables: dict[tuple[str, str, str], DispatchTable] = {}
         self._cache: dict[tuple[int, int, str, str, str], KernelChoice] = {}
         self._runnable: dict[tuple[tuple[str, str, str], str], frozenset[int] | None] = {}
+        # Each cached answer is a few garbage-collected objects; a process that caches answers
+        # elsewhere (the service caches response bytes) keeps this small so full GC passes stay short.
+        self._cache_limit = CACHE_LIMIT if cache_limit is None else cache_limit
         self._lock = threading.Lock()
         for table in tables:
             self.add(table)
@@ -140,7 +143,7 @@ class TableStore:
         return self._keep(key, self._choose(m, n, dtype, gpu_key, method, allow_fallback))
 
     def _keep(self, key: tuple[int, int, str, str, str], choice: KernelChoice) -> KernelChoice:
-        if len(self._cache) >= CACHE_LIMIT:
+        if len(self._cache) >= self._cache_limit:
             self._cache.clear()  # cheap and rare; the working set refills in microseconds per shape
         self._cache[key] = choice
         return choice

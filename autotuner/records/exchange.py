@@ -33,7 +33,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from sqlalchemy.orm import Session
 
 from autotuner.domain import MAX_DIM, TIMING_METHODS
-from db import queries
+from db import bulk, queries
 from db.models import CopyReference, Measurement, SweepRun
 from kernels.base import DTYPES  # canonical names only: the document is written by programs
 
@@ -343,14 +343,10 @@ def import_runs(session: Session, document: ExchangeDocument | bytes | str | Map
             for c in record.candidates
         ]
         candidate_ids.update(ids)
-        for row in record.measurements:
-            fields = row.model_dump(include=set(queries.MEASUREMENT_FIELDS))
-            stored = queries.record_measurement(session, run.id, ids[row.candidate], row.m, row.n, row.dtype, **fields)
-            if row.created_at is not None:
-                stored.created_at = row.created_at
-        for copy in record.copy_references:
-            queries.record_copy_reference(session, run.id, copy.m, copy.n, copy.dtype,
-                                          **copy.model_dump(include=set(COPY_FIELDS)))
+        session.flush()  # the run's id, for the rows below
+        bulk.upsert_measurements(session, (
+            {**row.__dict__, "run_id": run.id, "candidate_id": ids[row.candidate]} for row in record.measurements))
+        bulk.upsert_copy_references(session, ({**copy.__dict__, "run_id": run.id} for copy in record.copy_references))
         measurement_count += len(record.measurements)
         copy_count += len(record.copy_references)
         run_ids.append(run.id)

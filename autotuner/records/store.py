@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 
 from autotuner.lookup.table import DispatchTable
 from db.engine import make_engine
+from db.location import chosen_database_url, missing_sqlite_file
 from db.queries import current_tables
 
 log = logging.getLogger(__name__)
@@ -27,11 +28,9 @@ def tables_in_database(url: str | None = None, engine=None) -> list[DispatchTabl
 def default_database_tables() -> list[DispatchTable]:
     """Current tables of the default database, only if its file already exists (never creates one);
     an unreadable database leaves the shipped tables in force (logged), never an error."""
-    from db.engine import DatabaseError, missing_sqlite_file, resolve_database_url
-
     try:
-        url = resolve_database_url()
-    except DatabaseError:
+        url = chosen_database_url()
+    except ValueError:
         return []
     if missing_sqlite_file(url):
         return []

@@ -6,16 +6,17 @@ from datetime import datetime, timezone
 from fastapi import APIRouter, Request
 from sqlalchemy import text
 
-from service.deps import LiveTablesDep
+from service.deps import LiveTablesDep, SettingsDep, bearer_from_header, bearer_matches
 from service.schemas import DatabaseHealth, FastPathHealth, Health, TablesHealth
 
 router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness, database reachability and table count")
-def healthz(request: Request, live: LiveTablesDep) -> Health:
+def healthz(request: Request, live: LiveTablesDep, settings: SettingsDep) -> Health:
     """Always 200 while the process serves: with the database down ``/dispatch`` still answers from the
-    tables already loaded, so ``status`` says "degraded" rather than the probe failing."""
+    tables already loaded, so ``status`` says "degraded" rather than the probe failing. The database's
+    URL (a file path, a host name) is shown only to a caller with the upload token; others see its kind."""
     engine = request.app.state.engine
     fast = request.app.fast_dispatch
     error = None
@@ -28,7 +29,9 @@ def healthz(request: Request, live: LiveTablesDep) -> Health:
     from_database = sum(1 for table in tables if live.source_of(table) == "database")
     return Health(
         status="ok" if error is None else "degraded",
-        database=DatabaseHealth(reachable=error is None, url=engine.url.render_as_string(hide_password=True), error=error),
+        database=DatabaseHealth(
+            reachable=error is None, backend=engine.url.get_backend_name(), error=error,
+            url=engine.url.render_as_string(hide_password=True) if bearer_matches(settings, bearer_from_header(request)) else None),
         tables=TablesHealth(
             count=len(tables), from_database=from_database, shipped=len(tables) - from_database,
             generation=live.generation, last_error=live.last_error,

@@ -16,6 +16,10 @@ router = APIRouter(tags=["measurements"])
 
 MAX_PAGE = 1000
 MAX_OFFSET = 2**31 - 1
+# An unauthenticated caller must not be able to pull tens of MB per request: a failure's error text
+# (a compiler log can be 64 KB) is cut, and a page stops adding items past PAGE_BYTES of JSON.
+ERROR_CHARS = 2000
+PAGE_BYTES = 1 << 20
 
 
 @router.get("/measurements", response_model=MeasurementPage, responses={**ERROR_RESPONSES},
@@ -39,13 +43,21 @@ def measurements(
         session, gpu_key=gpu_model, dtype=canonical_dtype(dtype) if dtype else None, variant=variant, status=status, m=m, n=n,
         timing_method=timing_method, run_id=run_id, limit=limit, offset=offset,
     )
-    items = [
-        MeasurementOut(
+    items: list[MeasurementOut] = []
+    size = 0
+    for row, candidate, run, gpu_model in rows:
+        fields = {field: getattr(row, field) for field in MEASUREMENT_FIELDS}
+        error = fields.pop("error")
+        item = MeasurementOut(
             id=row.id, run_id=row.run_id, gpu=gpu_model.key, timing_method=run.timing_method,
             variant=candidate.variant, config_key=candidate.config_key, config=candidate.config,
             source_hash=candidate.source_hash, m=row.m, n=row.n, dtype=row.dtype, created_at=row.created_at,
-            **{field: getattr(row, field) for field in MEASUREMENT_FIELDS},
+            error=error[:ERROR_CHARS] if error else error, error_chars=len(error) if error else None, **fields,
         )
-        for row, candidate, run, gpu_model in rows
-    ]
-    return MeasurementPage(total=total, limit=limit, offset=offset, items=items)
+        size += len(item.model_dump_json())
+        if items and size > PAGE_BYTES:
+            break
+        items.append(item)
+    following = offset + len(items)
+    return MeasurementPage(total=total, limit=limit, offset=offset, items=items,
+                           next_offset=following if following < total else None)

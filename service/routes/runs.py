@@ -1,7 +1,9 @@
 """``POST /runs``: a GPU host uploads its sweep results (the exchange document the CLI exports).
 
 Order of checks, each before any work of the next: the bearer token (401), the body size (413), the
-JSON and its schema (422), then one transaction for the whole document, so nothing is half written.
+JSON and its schema (422), then one transaction for the whole document, so nothing is half written
+(concurrent uploads queue for SQLite's write lock rather than fail: see ``write_document``). Parsing and
+writing run in the app's upload process (``service/upload_worker.py``), off the serving process's GIL.
 The body is read here rather than declared as a FastAPI body parameter because FastAPI parses a
 declared body before it runs dependencies, and an unauthenticated caller must get 401 whatever it sent.
 """
@@ -11,12 +13,13 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import Engine
 
-from autotuner.records.exchange import ExchangeDocument, ImportSummary, import_runs, parse_document
+from autotuner.records.exchange import ExchangeDocument, ImportSummary, parse_document
 from service.deps import SettingsDep, UploadAuthDep
 from service.errors import ERROR_RESPONSES, ApiError, invalid
 from service.schemas import ErrorBody
+from service.upload_worker import write_document
 
 router = APIRouter(tags=["runs"])
 
@@ -38,7 +41,21 @@ UPLOAD_BODY = {
 )
 async def upload_runs(request: Request, _authorised: UploadAuthDep, settings: SettingsDep) -> ImportSummary:
     body = await _read_body(request, settings.max_upload_bytes)
-    return await run_in_threadpool(_import, request.app.state.sessions, body)
+    engine = request.app.state.engine
+    if engine.url.get_backend_name() == "sqlite" and engine.url.database in (None, "", ":memory:"):
+        return await run_in_threadpool(_import, engine, body)  # a private in-memory database: this process only
+    if not body.strip():
+        _validated(body)  # the empty-body 422, without a trip to the worker
+    outcome, value = await request.app.state.upload_worker.run(body)
+    if outcome == "invalid":
+        raise RequestValidationError(value)
+    if outcome == "error":
+        raise UploadFailed(value)
+    return ImportSummary.model_validate(value)
+
+
+class UploadFailed(RuntimeError):
+    """The upload worker's write failed; it logged the traceback. Answered as a 500."""
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -54,13 +71,10 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _import(sessions: sessionmaker[Session], body: bytes) -> ImportSummary:
-    """Parse, validate and write in a worker thread: a large document must not stall the event loop."""
-    document = _validated(body)
-    with sessions() as session:  # leaving without commit rolls everything back
-        summary = import_runs(session, document)
-        session.commit()
-    return summary
+def _import(engine: Engine, body: bytes) -> ImportSummary:
+    """Parse, validate and write in a worker thread of this process (a private in-memory database,
+    which the upload process cannot see)."""
+    return write_document(engine, _validated(body))
 
 
 def _validated(body: bytes) -> ExchangeDocument:

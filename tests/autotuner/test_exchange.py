@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from autotuner.records.exchange import FORMAT_VERSION, export_runs, import_runs, parse_document
-from db import queries
+from db import bulk, queries
 from db.engine import make_engine, transaction
 from db.models import CopyReference, Environment, GpuModel, Measurement, SweepRun
 
@@ -145,7 +145,7 @@ def _import_failing_midway(source_engine, target_engine, monkeypatch) -> dict[st
     def broken(*_args, **_kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(queries, "record_copy_reference", broken)
+    monkeypatch.setattr(bulk, "upsert_copy_references", broken)  # the last write of a run
     with pytest.raises(RuntimeError, match="disk full"):
         with transaction(target_engine) as session:  # the caller's transaction rolls back
             import_runs(session, exported(source_engine))

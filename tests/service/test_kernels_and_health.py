@@ -16,10 +16,12 @@ def test_kernels_lists_every_registered_variant_with_its_seed(client):
     assert all(entry["available"] is None for entry in body)  # not checked: the server needs no GPU
 
 
-def test_healthz_reports_database_and_tables(client):
+def test_healthz_reports_database_and_tables(client, auth):
     body = client.get("/healthz").json()
     assert body["status"] == "ok"
-    assert body["database"]["reachable"] is True and body["database"]["url"].startswith("sqlite:///")
+    assert body["database"]["reachable"] is True and body["database"]["backend"] == "sqlite"
+    assert body["database"].get("url") is None  # no file path for an unauthenticated caller
+    assert client.get("/healthz", headers=auth).json()["database"]["url"].startswith("sqlite:///")
     assert (body["tables"]["count"], body["tables"]["from_database"], body["tables"]["shipped"]) == (4, 4, 0)
     assert body["tables"]["last_error"] is None and body["tables"]["loaded_at"].endswith("Z")
 

@@ -1,0 +1,52 @@
+"""The embedded lookup stays light: no SQLAlchemy when no database is configured, a fast first call,
+and it works where SQLAlchemy is not installed at all."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import sys, time, json
+if {block_sqlalchemy}:
+    sys.modules["sqlalchemy"] = None  # as if not installed: any import of it raises ImportError
+started, cpu_started = time.perf_counter(), time.process_time()
+import autotuner
+choice = autotuner.select_kernel(1, 4096, "fp16", "h100")
+elapsed_ms = (time.perf_counter() - started) * 1e3
+cpu_ms = (time.process_time() - cpu_started) * 1e3
+print(json.dumps({{"ms": elapsed_ms, "cpu_ms": cpu_ms, "variant": choice.variant, "source": choice.source,
+                  "sqlalchemy": "sqlalchemy" in sys.modules and sys.modules["sqlalchemy"] is not None,
+                  "db_engine": "db.engine" in sys.modules}}))
+"""
+
+
+def _probe(tmp_path: Path, *, block_sqlalchemy: bool = False) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AUTOTUNER_DB": str(tmp_path / "absent" / "tuning.sqlite")}
+    done = subprocess.run([sys.executable, "-c", PROBE.format(block_sqlalchemy=block_sqlalchemy)], env=env,
+                          capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_no_database_configured_imports_no_sqlalchemy(tmp_path):
+    result = _probe(tmp_path)
+    assert result["source"] == "table"
+    assert not result["sqlalchemy"] and not result["db_engine"]
+
+
+def test_first_lookup_in_a_fresh_process_is_fast(tmp_path):
+    # The process's own CPU time, best of three fresh processes: the CPU machine is shared, and its
+    # wall time then counts the neighbours' work too (94 ms wall at load average 8, 39-41 ms quiet).
+    runs = [_probe(tmp_path) for _ in range(3)]
+    best = min(run["cpu_ms"] for run in runs)
+    assert best <= 50.0, (f"import autotuner + first select_kernel took {best:.1f} ms of CPU (bound 50 ms; "
+                          f"wall {min(run['ms'] for run in runs):.1f} ms)")
+
+
+def test_lookup_works_without_sqlalchemy_installed(tmp_path):
+    result = _probe(tmp_path, block_sqlalchemy=True)
+    assert result["variant"] and result["source"] == "table"
