@@ -82,7 +82,8 @@ fetch() { fetch_into .whl "$@"; }
 fetch "sqlalchemy==2.0.44" "greenlet==3.2.4" \
       "pydantic==2.12.4" "pydantic-core==2.41.5" "pydantic-settings==2.11.0" "annotated-types==0.7.0" \
       "typing-inspection==0.4.2" "python-dotenv==1.2.1" \
-      "fastapi==0.121.1" "starlette==0.49.3" "uvicorn==0.38.0"
+      "fastapi==0.121.1" "starlette==0.49.3" "uvicorn==0.38.0" \
+      "alembic==1.20.1" "mako==1.4.3" "fastapi-offline==1.7.7"
 # optional peers, recorded like any candidate when importable
 fetch "liger-kernel==0.6.3" || echo "liger-kernel not fetched (optional)"
 ls -la .whl
