@@ -50,7 +50,10 @@ def table_documents(gpu: str) -> dict[str, dict]:
 
 
 def recording(gpu: str, kind: str) -> dict | None:
-    path = ROOT / "tests" / "data" / f"{gpu}_{kind}.json.gz"
+    return load_recording(ROOT / "tests" / "data" / f"{gpu}_{kind}.json.gz")
+
+
+def load_recording(path: Path) -> dict | None:
     if not path.exists():
         return None
     with gzip.open(path, "rt") as handle:
@@ -72,13 +75,17 @@ def header(gpu: str, tables: dict[str, dict], sources: dict, sweep: dict | None)
         first = next(iter(tables.values()))
         lines.append(f"- Tables: `autotuner/tables/{gpu}_<dtype>_cold.json` (rule `{first['rule']}`, prune "
                      f"margin {first['prune_margin']:.0%}, fitted {first['created_at'][:10]} by "
-                     f"`autotuner fit --gpu {gpu} --export autotuner/tables` from that recording).")
-    for key in ("bench", "runtime"):
+                     f"`autotuner fit --gpu {gpu} --export autotuner/tables` from "
+                     + (", ".join(f"`{r}`" for r in sources["recordings"]) + " imported into one database)."
+                        if sources.get("recordings") else "that recording)."))
+    for key in (*bench_keys(sources), "runtime"):
         if key in sources:
             source = sources[key]
             files = source.get("files", {}).values() or [source["file"]]
             named = ", ".join(f"`bench/data/{name}`" for name in files)
-            lines.append(f"- {key.capitalize()}: {named} ({source['device']}; {source['date']}; `{source['command']}`).")
+            label = "Bench" if key.startswith("bench") else key.capitalize()
+            lines.append(f"- {label} {source.get('title', '')}: {named} ({source['device']}; {source['date']}; "
+                         f"`{source['command']}`).".replace(" :", ":"))
     return lines
 
 
@@ -137,11 +144,18 @@ def bench_summary(label: str, rows: list[dict]) -> list[str]:
     return out
 
 
-def bench(sources: dict) -> list[str]:
-    files = sources.get("bench", {}).get("files", {})
+def bench_keys(sources: dict) -> list[str]:
+    """The bench entries of a GPU's sources: "bench", then "bench_<set>" in name order."""
+    return sorted((k for k in sources if k.startswith("bench")), key=lambda k: (k != "bench", k))
+
+
+def bench(sources: dict, key: str = "bench") -> list[str]:
+    source = sources.get(key, {})
+    files = source.get("files", {})
     if not files:
         return []
-    lines = ["## The dispatched `softmax` against its peers", "",
+    title = f" {source['title']}" if source.get("title") else ""
+    lines = [f"## The dispatched `softmax` against its peers{title}", "",
              "`autotuner bench`: per shape, the dispatched `softmax(x)`, the copy, and each peer that runs "
              "there, in rotating rounds (a kernel's figure is its median round, the copy's its fastest). "
              "Fraction = the bench's copy time / the dispatched time. A shape counts as within 3 % when "
@@ -204,20 +218,22 @@ def run_seconds(run: dict) -> float:
             - datetime.fromisoformat(run["started_at"].rstrip("Z"))).total_seconds()
 
 
-def sweep_time(gpu: str, sweep: dict | None, heldout: dict | None) -> list[str]:
+def sweep_time(gpu: str, sweep: dict | None, heldout: dict | None, extra: list[str] = ()) -> list[str]:
     lines = ["## Sweep time", "",
              "Wall time of the runs in the committed recordings (`finished_at - started_at`, one GPU, "
              "`--time-cap 0.3`), with the rows they stored; interrupted runs (a `--budget` reached) count "
              "up to their stop.", "",
              "| recording | runs | wall time | measurements | copy references | shapes |",
              "|---|---:|---:|---:|---:|---:|"]
-    for kind, document in (("sweep", sweep), ("heldout", heldout)):
+    named = [(f"tests/data/{gpu}_sweep.json.gz", sweep), (f"tests/data/{gpu}_heldout.json.gz", heldout)]
+    named += [(path, load_recording(ROOT / path)) for path in extra if path not in dict(named)]
+    for path, document in named:
         if not document:
             continue
         runs = document["runs"]
         shapes = {(m["m"], m["n"], m["dtype"]) for run in runs for m in run["measurements"]}
         seconds = sum(run_seconds(run) for run in runs)
-        lines.append(f"| `tests/data/{gpu}_{kind}.json.gz` | {len(runs)} | {seconds / 60:.1f} min | "
+        lines.append(f"| `{path}` | {len(runs)} | {seconds / 60:.1f} min | "
                      f"{sum(len(r['measurements']) for r in runs):,} | "
                      f"{sum(len(r['copy_references']) for r in runs):,} | {len(shapes)} |")
     if sweep:
@@ -238,8 +254,9 @@ def render(gpu: str) -> str:
         raise SystemExit(f"no committed data for GPU {gpu!r}: expected autotuner/tables/{gpu}_*_cold.json "
                          f"or tests/data/{gpu}_sweep.json.gz")
     sections = [header(gpu, tables, sources, sweep), ["## Method", "", METHOD],
-                speed_of_light(tables), bench(sources), regret(tables), runtime(sources),
-                sweep_time(gpu, sweep, heldout)]
+                speed_of_light(tables), *(bench(sources, key) for key in bench_keys(sources)), regret(tables),
+                runtime(sources),
+                sweep_time(gpu, sweep, heldout, sources.get("recordings", []))]
     return "\n\n".join("\n".join(s) for s in sections if s) + "\n"
 
 

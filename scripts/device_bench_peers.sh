@@ -9,7 +9,8 @@
 #   call 2 (carry [".whl", ".whl_cute_b"]):
 #     bash scripts/device_run.sh bash -c 'source scripts/device_cute_setup.sh && bash scripts/device_bench_peers.sh'
 #
-# MODES (default "stream graph") and DTYPES (default "fp32 fp16 bf16") narrow it; BENCH_TIMEOUT bounds
+# MODES (default "stream graph") and DTYPES (default "fp32 fp16 bf16") narrow it; ROUNDS (default 3) and
+# BENCH_ARGS (e.g. "--set domain": a held-out set instead of the grid) go to `autotuner bench`; BENCH_TIMEOUT bounds
 # each process (seconds, default 200). Exits non-zero if QuACK does not import: the point is the peers.
 set -uo pipefail
 out=${OUT:-/tmp/out}
@@ -21,7 +22,7 @@ for mode in ${MODES:-stream graph}; do
   flag=$([ "$mode" = graph ] && echo --graph-launch)
   for dtype in ${DTYPES:-fp32 fp16 bf16}; do
     started=$(date +%s)
-    timeout "${BENCH_TIMEOUT:-200}" python -m autotuner bench --dtype "$dtype" --rounds 3 $flag \
+    timeout "${BENCH_TIMEOUT:-200}" python -m autotuner bench --dtype "$dtype" --rounds "${ROUNDS:-3}" $flag ${BENCH_ARGS:-} \
       --output "/tmp/bench_${mode}_$dtype" >"/tmp/bench_${mode}_$dtype.log" 2>&1
     rc=$?
     { echo "== $mode $dtype: rc=$rc in $(( $(date +%s) - started )) s"; tail -n 3 "/tmp/bench_${mode}_$dtype.log"; } | tee -a "$log"

@@ -43,8 +43,10 @@ failed). ``requires`` (tables fitted from 2026-11-25 on) is what a GPU needs to 
      former on both GPUs (CHANGELOG.md, 2026-11-23).
   2. At each neighbour p, a candidate's regret r = its time / the fastest time there, capped at
      ``REGRET_CAP`` (1.5: past that the sweep keeps only a noisy 5-repetition estimate, and all it
-     says is "much slower"). A candidate not measured at p (it cannot run there, or failed) has no
-     value at p; it is neither credited nor penalised there.
+     says is "much slower"). A candidate whose constraints exclude p has no value at p; it is
+     neither credited nor penalised there. A candidate with no time at a neighbour its constraints
+     admit (not swept there, as a variant added after the sweep and measured on part of the
+     domain) is left out: only measurements vouch for a pick.
   3. log r[p, c] ~ mu[p] + theta[c], fitted by weighted least squares over the neighbours (alternating
      passes from the per-candidate weighted means), so candidates measured at different subsets of
      the neighbours are compared on one scale. The admissible candidate with the smallest theta
@@ -101,6 +103,14 @@ class Pick:
     candidate: int  # index into the table's candidates
     predicted_us: float | None
     exact: bool  # the shape itself was measured
+
+
+# local-regret-clamped reads a row (one M, along N) that ends before the query's N at its nearest end
+# only while that end is within this factor of the query's N: a query far past a row's end (2 x 2.5M
+# read at (2, 262144), where a long-row kernel was never swept) would otherwise let that distant point
+# veto the kernels measured around the query itself. Columns (along M) are still read at any distance:
+# past the largest M the time model extrapolates from them.
+CLAMP_REACH = 4
 
 
 class DispatchTable:
@@ -194,6 +204,8 @@ class DispatchTable:
                 continue
             part: dict[tuple[int, int], float] = {}
             for line, line_weight in _log_bracket(usable, across, log_across, logs):
+                if not swap and not lines[line][0] / CLAMP_REACH <= along <= lines[line][-1] * CLAMP_REACH:
+                    continue  # the line ends too far from the query to say anything about it
                 for value, weight in _log_bracket(lines[line], along, log_along, logs):
                     corner = (value, line) if swap else (line, value)
                     part[corner] = part.get(corner, 0.0) + line_weight * weight
@@ -223,6 +235,8 @@ class DispatchTable:
                 complete.append(values)
                 theta[i] = sum(map(operator.mul, weights, values))  # the weights sum to 1
                 continue
+            if self._unmeasured_where_admitted(i, values, stencil):
+                continue  # no measurement vouches for it here: a gap is not a pass
             total = covered = 0.0
             for value, weight in zip(values, weights):
                 if value is not None:
@@ -245,6 +259,16 @@ class DispatchTable:
                 log_time += weight * math.log(time)
                 weight_sum += weight
         return Pick(best, math.exp(log_time / weight_sum), False)
+
+    def _unmeasured_where_admitted(self, i: int, values: Sequence[float | None],
+                                   stencil: Sequence[tuple[tuple[int, int], float]]) -> bool:
+        """True when candidate i has no time at a neighbour whose shape its constraints admit: it was
+        not swept there (a variant added later, measured on part of the domain) or its row was lost,
+        so nothing says how it does around the query. A None where its limits exclude the neighbour
+        is what the module docstring's step 2 means, and does not count."""
+        n_min, n_max, multiple, m_min, m_max = self._limits[i]
+        return any(value is None and n_min <= pn <= n_max and not pn % multiple and m_min <= pm <= m_max
+                   for value, ((pm, pn), _) in zip(values, stencil))
 
     def _nearest(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
         lm, ln = _log2(m), _log2(n)

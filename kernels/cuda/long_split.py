@@ -43,6 +43,12 @@ def split_for(m: int, vectors: int, chunk: int, min_share: int, resident: int) -
         split = max(split, min(resident // max(m, 1), cdiv(max(vectors, 1), min_share)))
     return max(1, min(split, resident))
 
+# Offered only past what the register-resident kernels hold (N > 262144, the classic grid's largest N).
+# The kernel itself is correct for any N >= 1 (its GPU tests build it for N = 1); below this the H100
+# domain sweep measured it 1.3-6x behind the best at N = 4096, and the classic grid never swept it,
+# so no table could tell where in (4096, 262144] it pays.
+N_MIN = 262145
+
 
 class LongSplitCuda(SlotWorkspace, CudaVariant):
     name = "cuda_long_split"
@@ -76,7 +82,7 @@ class LongSplitCuda(SlotWorkspace, CudaVariant):
         return super().source_code().replace(include, (loader.SOURCE_DIR / EXCHANGE_HEADER).read_text())
 
     def constraints(self, config: KernelConfig, dtype: str) -> dict[str, int]:
-        return {"n_max": MAX_ROW, "m_max": MAX_GRID_X}
+        return {"n_min": N_MIN, "n_max": MAX_ROW, "m_max": MAX_GRID_X}
 
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         return f"softmax_long_split<{CUDA_TYPE[dtype]}, {config['block']}, {config['unroll']}>"

@@ -68,8 +68,8 @@ def test_no_lookup_of_a_shipped_table_returns_a_kernel_the_gpu_cannot_run(gpu):
                     choice = store.select(m, n, table.dtype, gpu, table.timing_method)
                 if (gpu, table.dtype, table.timing_method) in own:
                     assert not choice.source.startswith("nearest-gpu"), (choice, m, n)
-                if choice.variant == FALLBACK_VARIANT:
-                    assert choice.source == "fallback" and choice.reason, (choice, m, n)
+                if choice.source == "fallback":  # torch_softmax may also be a measured pick of a table
+                    assert choice.variant == FALLBACK_VARIANT and choice.reason, (choice, m, n)
                     continue
                 assert _runnable_here(choice, table.dtype), (choice, m, n)
                 assert get_variant(choice.variant).supports(m, n, table.dtype, KernelConfig.from_dict(choice.config))

@@ -174,3 +174,34 @@ def test_local_regret_answers_measured_shapes_with_their_winner_and_beyond_the_g
     assert pick.exact and pick.candidate == 1 and pick.predicted_us == 1.5
     assert table.lookup(1 << 20, 1 << 20).candidate == 1  # clamped to the corner (16, 4096)
     assert table.lookup(0, 100).candidate == 0  # M = 0, N below the grid: the corner (1, 1024)
+
+
+def _gap_document(points):
+    doc = document("local-regret-clamped", points)
+    doc["candidates"] = [
+        {"variant": "old", "config": {}, "constraints": {}},
+        {"variant": "new", "config": {}, "constraints": {}},  # swept later, on part of the domain
+    ]
+    return doc
+
+
+def test_local_regret_skips_a_candidate_unmeasured_where_its_constraints_admit():
+    # "new" wins where it was measured but was never swept at (1, 1024) although it runs there:
+    # nothing vouches for it between the two, so the measured "old" answers
+    points = [{"m": 1, "n": 1024, "times": [5.0, None]}, {"m": 1, "n": 4096, "times": [9.0, 3.0]},
+              {"m": 64, "n": 1024, "times": [6.0, None]}, {"m": 64, "n": 4096, "times": [12.0, 4.0]}]
+    table = DispatchTable(_gap_document(points))
+    assert table.lookup(8, 2048).candidate == 0
+    # measured at every neighbour, it wins
+    points[0]["times"][1] = points[2]["times"][1] = 1.0
+    assert DispatchTable(_gap_document(points)).lookup(8, 2048).candidate == 1
+
+
+def test_local_regret_clamped_does_not_read_a_row_that_ends_far_before_the_query():
+    # the M = 2 row ends at N = 4096; at N = 2^20 only the rows reaching near the query count, where
+    # "new" was measured; reading (2, 4096) would leave "new" out for lack of a time there
+    points = [{"m": 1, "n": 4096, "times": [4.0, None]}, {"m": 2, "n": 4096, "times": [4.5, None]},
+              {"m": 1, "n": 1 << 20, "times": [900.0, 10.0]}, {"m": 4, "n": 1 << 20, "times": [950.0, 12.0]}]
+    table = DispatchTable(_gap_document(points))
+    assert all(n >= (1 << 20) // 4 for (_, n), _ in table.neighbours(2, 1 << 20))
+    assert table.lookup(2, 1 << 20).candidate == 1

@@ -36,8 +36,9 @@ def test_declared_limits_and_sources():
     assert isinstance(variant, LongSplitCuda) and variant.min_arch == 70
     for config in variant.all_configs():
         for dtype in variant.dtypes:
-            assert variant.constraints(config, dtype) == {"n_max": MAX_ROW, "m_max": MAX_GRID_X}
-            assert variant.supports(1, 2**24, dtype, config) and variant.supports(0, 1, dtype, config)
+            assert variant.constraints(config, dtype) == {"n_min": 262145, "n_max": MAX_ROW, "m_max": MAX_GRID_X}
+            assert variant.supports(1, 2**24, dtype, config) and variant.supports(0, 262145, dtype, config)
+            assert not variant.supports(1, 262144, dtype, config)  # the register-resident kernels' range
     assert not variant.supports(1, 0, "fp16")
     names = {p.name for p in variant.source_files()}
     assert names == {"long_split.cu", "softmax_common.cuh", "slot_exchange.cuh"}
