@@ -127,6 +127,7 @@ class _Model:
         for point in points:
             rows.setdefault(point["m"], []).append(point)
         self.rows = {m: sorted(same, key=lambda p: p["n"]) for m, same in sorted(rows.items())}
+        self.row_ms = list(self.rows)  # ascending
         # elements moved (read + write) per microsecond by the copy kernel, at its best
         rates = [2 * p["m"] * p["n"] / p["copy_us"] for p in points if p.get("copy_us")]
         self.copy_rate = max(rates) if rates else None
@@ -136,16 +137,38 @@ class _Model:
         return self.n_lo <= n <= self.n_hi and m <= self.m_hi
 
     def time(self, index: int, m: int, n: int) -> float | None:
-        along_m = []
-        for row_m in self.rows:
-            time = scaled(self._row_series(index, row_m), n)
-            if time is not None:
-                along_m.append((row_m, time))
-        time = scaled(along_m, max(m, 1))
+        """``scaled`` along M over the rows' times at n, reading only the rows it needs: the first row
+        at or above m with a time, and below it the nearest one (or, past the largest row, the two
+        that give the exponent): a first lookup is on the dispatch path."""
+        x, rows = max(m, 1), self.row_ms
+        start = bisect.bisect_left(rows, x)
+        above = next(((row, t) for row in rows[start:] if (t := self._at(index, row, n)) is not None), None)
+        below = ((row, t) for row in reversed(rows[:start]) if (t := self._at(index, row, n)) is not None)
+        if above is not None:
+            if above[0] == x:
+                time = above[1]
+            else:
+                lower = next(below, None)
+                time = None if lower is None else scaled([lower, above], x)
+        else:
+            last = next(below, None)
+            if last is None:
+                return None
+            second = previous = None
+            for pair in below:  # the nearest row at least a factor 2 below the last, else the next one
+                previous = previous or pair
+                if pair[0] * 2 <= last[0]:
+                    second = pair
+                    break
+            second = second or previous
+            time = scaled([second, last] if second else [last], x)
         if time is None:
             return None
         floor = 2 * m * n / self.copy_rate if self.copy_rate else 0.0
         return max(time, floor)
+
+    def _at(self, index: int, row_m: int, n: int) -> float | None:
+        return scaled(self._row_series(index, row_m), n)
 
     def _row_series(self, index: int, row_m: int) -> list[tuple[int, float]]:
         key = (index, row_m)

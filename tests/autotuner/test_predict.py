@@ -117,3 +117,27 @@ def test_the_model_predicts_a_dropped_edge_of_the_recorded_grid(table):
         regrets, errors = _edge_scores(table, axis)
         assert _geomean(regrets) <= 1.03 and max(regrets) <= 1.25, (axis, regrets)
         assert _geomean(errors) <= 1.10 and max(errors) <= 1.35, (axis, errors)
+
+
+def _time_over_every_row(model, index: int, m: int, n: int) -> float | None:
+    """The model's time by its definition: ``scaled`` along M over every row's time at n."""
+    along_m = [(row, t) for row in model.row_ms if (t := scaled(model._row_series(index, row), n)) is not None]
+    time = scaled(along_m, max(m, 1))
+    if time is None:
+        return None
+    return max(time, 2 * m * n / model.copy_rate if model.copy_rate else 0.0)
+
+
+def test_the_model_reads_only_the_rows_it_needs_and_agrees_with_every_row():
+    import random
+
+    from autotuner.lookup.select import load_shipped_tables
+
+    rng = random.Random(11)
+    for table in [*CLASSIC_TABLES, *load_shipped_tables()]:
+        model = predict._Model(table)
+        for _ in range(300):
+            m = rng.choice([rng.randint(0, 40), rng.randint(1, 1 << 21)])
+            n = rng.choice([rng.randint(1, 3000), rng.randint(1, 1 << 25)])
+            for index in range(len(table.candidates)):
+                assert model.time(index, m, n) == pytest.approx(_time_over_every_row(model, index, m, n), rel=1e-12)
