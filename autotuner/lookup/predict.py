@@ -64,7 +64,7 @@ def answer(table: DispatchTable, m: int, n: int, usable: Container[int] | None =
         return Answer(None, None, False, "no-candidate",
                       f"no candidate of the {where} admits ({m}, {n}) and runs on this GPU")
     if model.inside(m, n):
-        pick = table.lookup(m, n, allowed)
+        pick = table.lookup_among(m, n, allowed)
         if pick is None:
             return Answer(None, None, False, "no-candidate",
                           f"no candidate of the {where} that admits ({m}, {n}) was measured near it")

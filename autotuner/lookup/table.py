@@ -156,7 +156,13 @@ class DispatchTable:
     def lookup(self, m: int, n: int, usable: Container[int] | None = None) -> Pick | None:
         """The candidate this table chooses for (m, n) among ``usable`` (default: all), or None if no
         admissible candidate has data."""
-        allowed = [i for i in self.admissible(m, n) if usable is None or i in usable]
+        allowed = self.admissible(m, n)
+        if usable is not None:
+            allowed = [i for i in allowed if i in usable]
+        return self.lookup_among(m, n, allowed)
+
+    def lookup_among(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
+        """``lookup`` among ``allowed``, candidates the caller has already checked admit (m, n)."""
         if not allowed:
             return None
         point = self._exact.get((m, n))
