@@ -130,8 +130,7 @@ class DispatchTable:
             self._by_class.setdefault(alignment_class(point["n"]), []).append(point)
         # each class's N range (_class_points) and each candidate's limits as plain ints (admissible):
         # a first lookup of a shape is on the dispatch path, so its per-call work is kept small
-        self._class_span = {cls: (min(p["n"] for p in same), max(p["n"] for p in same))
-                            for cls, same in self._by_class.items()}
+        self._class_ns = {cls: sorted({p["n"] for p in same}) for cls, same in self._by_class.items()}
         self._limits = [_limits_of(c.get("constraints", {})) for c in self.candidates]
         self._layouts: dict[int, _Layout] = {}
         self._log_regret: dict[tuple[int, int], tuple[float | None, ...]] = {}
@@ -177,16 +176,20 @@ class DispatchTable:
         return self._nearest(m, n, allowed)
 
     def _points_for(self, n: int) -> list[dict[str, Any]]:
-        """Points of n's alignment class when they surround n on the N axis; otherwise all points (a
-        class measured at one N, say only 50257, says nothing about N = 2500)."""
+        """Points of n's alignment class when they surround n closely on the N axis (its nearest class
+        N on either side within ``CLAMP_REACH`` of n); otherwise all points: a class measured at one N,
+        say only 50257, says nothing about N = 2500, nor does one measured at 500 and 50257."""
         return self._class_points(n)[1]
 
     def _class_points(self, n: int) -> tuple[int, list[dict[str, Any]]]:
         """(alignment class, its points), or (-1, all points): see :meth:`_points_for`."""
         cls = alignment_class(n)
-        span = self._class_span.get(cls)
-        if span is not None and span[0] <= n <= span[1]:
-            return cls, self._by_class[cls]
+        ns = self._class_ns.get(cls)
+        if ns is not None:
+            upper = bisect.bisect_left(ns, n)
+            if upper < len(ns) and (ns[upper] == n or (upper > 0 and ns[upper] <= n * CLAMP_REACH
+                                                        and ns[upper - 1] * CLAMP_REACH >= n)):
+                return cls, self._by_class[cls]
         return -1, self.points
 
     def neighbours(self, m: int, n: int) -> list[tuple[tuple[int, int], float]]:

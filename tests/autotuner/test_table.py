@@ -205,3 +205,15 @@ def test_local_regret_clamped_does_not_read_a_row_that_ends_far_before_the_query
     table = DispatchTable(_gap_document(points))
     assert all(n >= (1 << 20) // 4 for (_, n), _ in table.neighbours(2, 1 << 20))
     assert table.lookup(2, 1 << 20).candidate == 1
+
+
+def test_an_alignment_class_measured_only_far_from_the_query_does_not_choose_its_neighbours():
+    # odd N measured at 500 and 50257 only: N = 2501 is read from the nearby even-N points, not from
+    # those two, where "new" happens to win
+    points = [{"m": 1, "n": 2048, "times": [2.0, 4.0]}, {"m": 1, "n": 4096, "times": [3.0, 6.0]},
+              {"m": 4, "n": 2048, "times": [2.5, 5.0]}, {"m": 4, "n": 4096, "times": [3.5, 7.0]},
+              {"m": 1, "n": 500, "times": [9.0, 1.0]}, {"m": 4, "n": 50257, "times": [90.0, 10.0]}]
+    table = DispatchTable(_gap_document(points))
+    assert {corner for corner, _ in table.neighbours(2, 2501)} <= {(1, 2048), (1, 4096), (4, 2048), (4, 4096)}
+    assert table.lookup(2, 2501).candidate == 0
+    assert table.lookup(4, 50257).candidate == 1  # a measured odd N still answers from its own point
