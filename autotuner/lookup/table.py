@@ -134,6 +134,7 @@ class DispatchTable:
         self._limits = [_limits_of(c.get("constraints", {})) for c in self.candidates]
         self._layouts: dict[int, _Layout] = {}
         self._log_regret: dict[tuple[int, int], tuple[float | None, ...]] = {}
+        self._gaps: dict[tuple[int, int], frozenset[int]] = {}
         if self.rule in LOCAL_REGRET_RULES:
             cap = math.log(REGRET_CAP)
             for point in self.points:
@@ -235,6 +236,7 @@ class DispatchTable:
         # one pass over candidates x neighbours: each candidate measured at some neighbour and its
         # weighted mean log regret over the neighbours where it was measured; the candidates measured
         # at every neighbour (complete) and the others (partial) kept apart for _fit_effects
+        gaps = frozenset().union(*(self._gaps_at(corner) for corner, _ in stencil))
         theta: dict[int, float] = {}
         complete: list[tuple[float, ...]] = []
         partial: dict[int, tuple[float | None, ...]] = {}
@@ -244,7 +246,7 @@ class DispatchTable:
                 complete.append(values)
                 theta[i] = sum(map(operator.mul, weights, values))  # the weights sum to 1
                 continue
-            if self._unmeasured_where_admitted(i, values, stencil):
+            if i in gaps:
                 continue  # no measurement vouches for it here: a gap is not a pass
             total = covered = 0.0
             for value, weight in zip(values, weights):
@@ -269,15 +271,19 @@ class DispatchTable:
                 weight_sum += weight
         return Pick(best, math.exp(log_time / weight_sum), False)
 
-    def _unmeasured_where_admitted(self, i: int, values: Sequence[float | None],
-                                   stencil: Sequence[tuple[tuple[int, int], float]]) -> bool:
-        """True when candidate i has no time at a neighbour whose shape its constraints admit: it was
-        not swept there (a variant added later, measured on part of the domain) or its row was lost,
-        so nothing says how it does around the query. A None where its limits exclude the neighbour
-        is what the module docstring's step 2 means, and does not count."""
-        n_min, n_max, multiple, m_min, m_max = self._limits[i]
-        return any(value is None and n_min <= pn <= n_max and not pn % multiple and m_min <= pm <= m_max
-                   for value, ((pm, pn), _) in zip(values, stencil))
+    def _gaps_at(self, corner: tuple[int, int]) -> frozenset[int]:
+        """The candidates with no time at this point although their constraints admit its shape: not
+        swept there (a variant added later, measured on part of the domain) or the row was lost, so
+        nothing says how they do around it. A None where a candidate's limits exclude the point is what
+        the module docstring's step 2 means, and is no gap. Worked out once per point, when first used."""
+        gaps = self._gaps.get(corner)
+        if gaps is None:
+            pm, pn = corner
+            gaps = self._gaps[corner] = frozenset(
+                i for i, value in enumerate(self._log_regret[corner]) if value is None
+                and (limits := self._limits[i])[0] <= pn <= limits[1] and not pn % limits[2]
+                and limits[3] <= pm <= limits[4])
+        return gaps
 
     def _nearest(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
         lm, ln = _log2(m), _log2(n)
