@@ -136,10 +136,6 @@ class ClusterSplitCuda(CudaVariant):
             f"{config['packs']}>"
         )
 
-    def all_name_expressions(self, dtype: str) -> list[str]:
-        # configs differing only in shared memory (a launch-time size) share their kernel
-        return list(dict.fromkeys(super().all_name_expressions(dtype)))
-
     def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
         return (int(config["cluster"]) * m, 1, 1)
 

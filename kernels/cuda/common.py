@@ -64,7 +64,9 @@ class CudaVariant(Variant):
 
     # --- done here -----------------------------------------------------------------------------
     def all_name_expressions(self, dtype: str) -> list[str]:
-        return [self.name_expression(c, dtype) for c in self.all_configs()]
+        """Every kernel instance the configs need, each once: configs that differ only in a launch-time
+        choice (shared memory size, blocks per row, chunk) share their kernel."""
+        return list(dict.fromkeys(self.name_expression(c, dtype) for c in self.all_configs()))
 
     def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
         function, seconds = loader.get_function(

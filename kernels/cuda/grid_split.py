@@ -96,10 +96,6 @@ class GridSplitCuda(SlotWorkspace, CudaVariant):
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         return f"softmax_grid_split<{CUDA_TYPE[dtype]}, {config['block']}, {config['packs']}>"
 
-    def all_name_expressions(self, dtype: str) -> list[str]:
-        # configs differing only in S (a run-time argument) share their kernel
-        return list(dict.fromkeys(super().all_name_expressions(dtype)))
-
     def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
         function, seconds = loader.get_function(self.source, self.name_expression(config, dtype), code=self.source_code())
         threads = self.threads(config)

@@ -87,10 +87,6 @@ class LongSplitCuda(SlotWorkspace, CudaVariant):
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         return f"softmax_long_split<{CUDA_TYPE[dtype]}, {config['block']}, {config['unroll']}>"
 
-    def all_name_expressions(self, dtype: str) -> list[str]:
-        # configs differing only in chunk (a host-side choice) share their kernel
-        return list(dict.fromkeys(super().all_name_expressions(dtype)))
-
     def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
         function, seconds = loader.get_function(self.source, self.name_expression(config, dtype), code=self.source_code())
         block, _, _ = self._shape(config)
