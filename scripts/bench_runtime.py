@@ -27,7 +27,10 @@ GPU time would fill the launch queue), median over interleaved rounds, for
 - ``raw_triton_getitem_us`` (Triton kernels): ``compiled_kernel[grid](*args)``, Triton's public launch
   of a compiled kernel (stream lookup, launch metadata, hooks).
 
-Cases: the dispatched kernel for bf16 1x1024, fp32 4x4096, fp16 4096x32000 and fp32 1x262144 (a
+``torch_softmax_us``: ``torch.softmax(x, -1)`` timed the same way, interleaved with the others, and
+``softmax_over_torch`` the ratio (target <= 1.10 at fp16 1x4096 and bf16 8x1024).
+
+Cases: the dispatched kernel for fp16 1x4096, bf16 8x1024, bf16 1x1024, fp32 4x4096, fp16 4096x32000 and fp32 1x262144 (a
 split-row shape), and forced split-row variants on small shapes (their plan pinned to that build).
 Every case also checks the fast path's output (and the replayed raw launches' output) against a
 float64 reference. The checks section covers non-contiguous, N-D, dim 0, M = 0, misaligned input,
@@ -49,6 +52,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CASES = [  # (label, m, n, dtype, forced variant or None for the dispatched one)
+    ("fp16 1x4096", 1, 4096, "fp16", None),  # the host-cost target's two shapes (softmax vs torch.softmax)
+    ("bf16 8x1024", 8, 1024, "bf16", None),
     ("bf16 1x1024", 1, 1024, "bf16", None),
     ("fp32 4x4096", 4, 4096, "fp32", None),
     ("fp16 4096x32000", 4096, 32000, "fp16", None),
@@ -184,6 +189,7 @@ def run_case(label: str, m: int, n: int, dtype: str, forced: str | None, rounds:
     result["launches"] = [type(c).__name__ if c is not None else "unrecorded" for c in calls]
     fns = {
         "softmax_us": lambda: runtime.softmax(x),
+        "torch_softmax_us": lambda: torch.softmax(x, -1),
         "softmax_package_us": lambda: autotuner.softmax(x),
         "build_launch_us": lambda: build.launch(x, out),
     }
@@ -221,6 +227,7 @@ def run_case(label: str, m: int, n: int, dtype: str, forced: str | None, rounds:
         result["overhead_us"] = result["softmax_us"] - result["raw_floor_us"]
         result["overhead_min_us"] = result["softmax_min_us"] - result["raw_floor_min_us"]
     result["overhead_vs_build_launch_us"] = result["softmax_us"] - result["build_launch_us"]
+    result["softmax_over_torch"] = result["softmax_us"] / result["torch_softmax_us"]
     result["host_bound"] = result["softmax_us"] > gpu_us
     return result
 
@@ -454,9 +461,9 @@ def summary(result: dict) -> str:
         if "error" in case:
             lines.append(f"{label:34s} ERROR {case['error']}")
             continue
-        figures = "  ".join(f"{k[:-3]} {case[k]:6.2f}" for k in (
-            "softmax_us", "raw_floor_us", "overhead_us", "build_launch_us", "raw_cupy_us", "raw_triton_getitem_us",
-            "softmax_package_us", "gpu_us") if k in case)
+        figures = "  ".join(f"{k.removesuffix('_us')} {case[k]:6.2f}" for k in (
+            "softmax_us", "torch_softmax_us", "softmax_over_torch", "raw_floor_us", "overhead_us", "build_launch_us",
+            "raw_cupy_us", "raw_triton_getitem_us", "softmax_package_us", "gpu_us") if k in case)
         ok = "ok" if case.get("softmax_correct") and case.get("raw_floor_correct", True) else "WRONG"
         lines.append(f"{label:34s} {case['variant']:24s} replay={case['plan_replays']!s:5s} {ok:5s} {figures}")
     for name, outcome in result.get("checks", {}).items():

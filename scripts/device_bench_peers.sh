@@ -11,11 +11,15 @@
 #
 # MODES (default "stream graph") and DTYPES (default "fp32 fp16 bf16") narrow it; ROUNDS (default 3) and
 # BENCH_ARGS (e.g. "--set domain": a held-out set instead of the grid) go to `autotuner bench`; BENCH_TIMEOUT bounds
-# each process (seconds, default 200). Exits non-zero if QuACK does not import: the point is the peers.
+# each process (seconds, default 200); TAG (default empty) names this shape set in the outputs
+# (bench_<TAG>_<mode>_<dtype>.csv), so that one call can run several sets. A process stopped by the timeout
+# keeps the shapes it finished (the bench rewrites its CSV after each shape).
+# Exits non-zero if QuACK does not import: the point is the peers.
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-log="$out/bench_peers.log"
+tag=${TAG:+${TAG}_}
+log="$out/bench_${tag}peers.log"
 python -c "import quack" 2>/dev/null || { echo "QuACK does not import: source scripts/device_cute_setup.sh first" >&2; exit 3; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$log"
 for mode in ${MODES:-stream graph}; do
@@ -23,9 +27,9 @@ for mode in ${MODES:-stream graph}; do
   for dtype in ${DTYPES:-fp32 fp16 bf16}; do
     started=$(date +%s)
     timeout "${BENCH_TIMEOUT:-200}" python -m autotuner bench --dtype "$dtype" --rounds "${ROUNDS:-3}" $flag ${BENCH_ARGS:-} \
-      --output "/tmp/bench_${mode}_$dtype" >"/tmp/bench_${mode}_$dtype.log" 2>&1
+      --output "/tmp/bench_${tag}${mode}_$dtype" >"/tmp/bench_${tag}${mode}_$dtype.log" 2>&1
     rc=$?
-    { echo "== $mode $dtype: rc=$rc in $(( $(date +%s) - started )) s"; tail -n 3 "/tmp/bench_${mode}_$dtype.log"; } | tee -a "$log"
-    cp "/tmp/bench_${mode}_$dtype/bench.csv" "$out/bench_${mode}_$dtype.csv" 2>/dev/null
+    { echo "== ${TAG:-} $mode $dtype: rc=$rc in $(( $(date +%s) - started )) s"; tail -n 3 "/tmp/bench_${tag}${mode}_$dtype.log"; } | tee -a "$log"
+    cp "/tmp/bench_${tag}${mode}_$dtype/bench.csv" "$out/bench_${tag}${mode}_$dtype.csv" 2>/dev/null
   done
 done

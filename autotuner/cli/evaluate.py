@@ -115,7 +115,7 @@ def bench(
 ) -> None:
     """Time the dispatched softmax against a copy of the same bytes, torch.softmax, QuACK and Liger."""
     from autotuner.tune import grid as grids
-    from autotuner.report.benchrun import bench_shapes, summarize, write_outputs
+    from autotuner.report.benchrun import bench_shapes, summarize, write_csv, write_outputs
     from autotuner.report.evaluate import HELD_OUT_M, HELD_OUT_N
     from autotuner.lookup.gpu import detect_gpu
 
@@ -132,7 +132,8 @@ def bench(
     shapes = sorted(named if named is not None else grids.shapes(ms, ns, dtypes), key=lambda s: (s[2], s[0], s[1]))
     info = detect_gpu()  # after the flags: a bad flag is named even where no GPU is
     rows = bench_shapes(shapes, method, rounds=rounds, graph_launch=graph_launch,
-                        progress=lambda line: console.print(line, highlight=False))
+                        progress=lambda line: console.print(line, highlight=False),
+                        on_row=lambda so_far: write_csv(so_far, Path(output)))  # a killed run keeps its rows
     written = write_outputs(rows, Path(output), info.name)
     for dt in sorted({r["dtype"] for r in rows}):
         figures = summarize([r for r in rows if r["dtype"] == dt])

@@ -80,7 +80,8 @@ def _round(timer: Any, m: int, n: int, dtype: str, peers: dict[str, Callable[[An
 
 
 def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", progress: Callable[[str], None] | None = None,
-                 rounds: int = 3, graph_launch: bool = False) -> list[dict[str, Any]]:
+                 rounds: int = 3, graph_launch: bool = False,
+                 on_row: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
     """Per shape, ``rounds`` rounds (``_round``: fresh input and buffers, order rotated by one each
     round). A kernel's figure is the median of its rounds (a failure in any round is reported instead);
     the copy's is its fastest round, the speed of light this GPU showed on the shape, so no fraction of
@@ -88,7 +89,8 @@ def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", p
     buffers was seen to slow everything written there by 15 % (H100 bench,
     2026-11-24); the median over placements is what a caller meets. ``graph_launch``: every timed call
     is a CUDA-graph replay of it (``autotuner.tune.timing.Timer``), so that no contender's GPU time depends
-    on how fast its Python launch path submits it."""
+    on how fast its Python launch path submits it. ``on_row(rows)`` is called with the rows so far after
+    each shape, so that a caller can save them before a long run ends (or is killed)."""
     import statistics
 
     import torch
@@ -113,6 +115,8 @@ def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", p
             column = "dispatched_us" if label == "dispatched" else f"{label}_us"
             row[column] = statistics.median(values) if not failed else (None if label == "dispatched" else failed[0])
         rows.append(row)
+        if on_row:
+            on_row(rows)
         if progress:
             progress(f"{dtype} {m}x{n}: copy {row['copy_us']:.2f} us, dispatched {row['dispatched_us']} us")
     return rows
@@ -140,15 +144,22 @@ def summarize(rows: Sequence[dict[str, Any]], tolerance: float = 0.03) -> dict[s
     }
 
 
-def write_outputs(rows: Sequence[dict[str, Any]], folder: Path, gpu_name: str) -> list[Path]:
+def write_csv(rows: Sequence[dict[str, Any]], folder: Path) -> Path:
+    """``folder/bench.csv`` with one line per row, replaced whole (written to a temporary name first)."""
     folder.mkdir(parents=True, exist_ok=True)
     columns = ["dtype", "m", "n", "copy_us", "dispatched_us", "dispatched", "torch_us", "quack_us", "liger_us"]
     csv_path = folder / "bench.csv"
-    with open(csv_path, "w", newline="") as handle:
+    partial = folder / "bench.csv.tmp"
+    with open(partial, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    written = [csv_path]
+    partial.replace(csv_path)
+    return csv_path
+
+
+def write_outputs(rows: Sequence[dict[str, Any]], folder: Path, gpu_name: str) -> list[Path]:
+    written = [write_csv(rows, folder)]
     try:
         import matplotlib
 
