@@ -139,7 +139,9 @@ def bench_summary(label: str, rows: list[dict]) -> list[str]:
         missed = ", ".join(f"{p} {n}" for p, n in misses.items() if n) or "none"
         shape = f"{worst[1]['dtype']} {worst[1]['m']}x{worst[1]['n']}"
         name = f"**{dtype}**" if dtype == "all" else dtype
-        out.append(f"| {label} | {name} | {geomean(fractions):.3f} | {worst[0]:.3f} ({shape}) | "
+        vs_torch = [float(r["dispatched_us"]) / float(r["torch_us"]) for r in chosen if is_time(r.get("torch_us"))]
+        torch_cell = f"{geomean(vs_torch):.3f} / {max(vs_torch):.3f}" if vs_torch else "not timed"
+        out.append(f"| {label} | {name} | {geomean(fractions):.3f} | {worst[0]:.3f} ({shape}) | {torch_cell} | "
                    f"{within}/{len(chosen)} = {within / len(chosen):.1%} | {missed} |")
     return out
 
@@ -161,8 +163,10 @@ def bench(sources: dict, key: str = "bench") -> list[str]:
              "Fraction = the bench's copy time / the dispatched time. A shape counts as within 3 % when "
              "the dispatched time is at most 1.03x the fastest peer's; otherwise it is a miss against "
              "that peer. A peer that raised or failed the float64 check has no time there.", "",
-             "| launch | dtype | geomean of copy speed | min (shape) | within 3 % of the best peer | misses by peer |",
-             "|---|---|---:|---|---:|---|"]
+             "Time vs torch = the dispatched time / `torch.softmax`'s on the same shape (geomean / max).", "",
+             "| launch | dtype | geomean of copy speed | min (shape) | time vs torch | within 3 % of the best peer "
+             "| misses by peer |",
+             "|---|---|---:|---|---:|---:|---|"]
     for label, name in files.items():
         lines += bench_summary(label, bench_rows(DATA / name))
     for label, name in files.items():
@@ -203,11 +207,18 @@ def runtime(sources: dict) -> list[str]:
              "the raw floor issues the same recorded launches with nothing else; overhead = softmax - raw "
              "floor; GPU time = events around 20 back-to-back launches (warm L2). The host figures move by several "
              "µs from one lent host to another.", "",
-             "| case | kernel | GPU time | `softmax(x)` | build's `launch(x, out)` | raw floor | overhead |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "`torch.softmax(x, -1)` is timed the same way in the same rounds; the ratio is `softmax(x)` over it.", "",
+             "| case | kernel | GPU time | `softmax(x)` | `torch.softmax` | ratio | build's `launch(x, out)` | raw floor "
+             "| overhead |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for case, row in data["host_overhead"].items():
-        lines.append(f"| {case} | `{row['variant']}` | {row['gpu_us']:.1f} | {row['softmax_us']:.2f} | "
-                     f"{row['build_launch_us']:.2f} | {row['raw_floor_us']:.2f} | {row['overhead_us']:+.2f} |")
+        if "error" in row:
+            lines.append(f"| {case} | failed: {row['error']} | | | | | | | |")
+            continue
+        torch_us = f"{row['torch_softmax_us']:.2f}" if "torch_softmax_us" in row else "not timed"
+        ratio = f"{row['softmax_over_torch']:.2f}" if "softmax_over_torch" in row else ""
+        lines.append(f"| {case} | `{row['variant']}` | {row['gpu_us']:.1f} | {row['softmax_us']:.2f} | {torch_us} | "
+                     f"{ratio} | {row['build_launch_us']:.2f} | {row['raw_floor_us']:.2f} | {row['overhead_us']:+.2f} |")
     return lines
 
 

@@ -1,25 +1,39 @@
 #!/usr/bin/env bash
-# On the lent GPU (through scripts/device_run.sh), after scripts/device_update_recordings.sh on the same
-# warm machine (or on a fresh one: the committed recording is imported instead): fit the H100 tables
-# into autotuner/tables with fit's default rule, run the runtime's GPU tests against them, then measure
-# the product: `autotuner bench` (dispatched softmax against copy, torch and the peers present) and
-# scripts/bench_runtime.py (lookup, host overhead). Outputs in $OUT:
-# tables.tgz, bench.csv, bench.png, runtime_h100.json, per_shape.md, refit.log. (Held-out regret is
-# scored on the CPU from the recordings: tests/autotuner/test_replay_recorded.py.)
-# Usage: bash scripts/device_run.sh bash scripts/device_refit_and_bench.sh
+# On the lent GPU, after scripts/device_cute_setup.sh's two calls (so that QuACK is a peer): every
+# committed H100 recording imported into one database, COVER_ARGS (if set) swept on top with
+# `autotuner sweep` (e.g. new configs at shapes the recordings lack), the H100 tables fitted into that
+# database (AUTOTUNER_DB points the lookup at them) and written to $OUT/tables, then `autotuner bench`
+# through scripts/device_bench_peers.sh for each "TAG:DTYPES:ARGS" entry of BENCHES (';'-separated).
+# A rerun on the same warm machine with REUSE_DB=1 skips the import, sweep and fit.
+#   bash scripts/device_run.sh bash -c 'source scripts/device_cute_setup.sh && bash scripts/device_refit_and_bench.sh'
+# Outputs in $OUT: refit.log, h100_cover.json.gz (the COVER_ARGS run), tables/, bench_<TAG>_stream_<dtype>.csv.
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-grid_db=/tmp/h100_grid.sqlite
-log="$out/refit.log"
-{
-  [ -f "$grid_db" ] || python -m autotuner import tests/data/h100_sweep.json.gz --db "$grid_db"
-  python -m autotuner fit --gpu h100 --db "$grid_db" --export autotuner/tables
-  python -m autotuner report --gpu h100 --db "$grid_db" --markdown "$out/per_shape.md" | tail -n 4
-  tar czf "$out/tables.tgz" autotuner/tables/h100_*_cold.json
-  timeout 180 python -m pytest -q -m gpu tests/autotuner/test_runtime_gpu.py -p no:cacheprovider 2>&1 | tail -n 4
-} >"$log" 2>&1
-tail -n 30 "$log"
-timeout 400 python -m autotuner bench --output /tmp/bench 2>&1 | tail -n 8
-cp /tmp/bench/bench.csv /tmp/bench/bench.png "$out"/ 2>/dev/null
-timeout 150 python scripts/bench_runtime.py h100 --out "$out/runtime_h100.json" --no-compile 2>&1 | tail -n 14
+db=/tmp/h100_refit.sqlite
+if [ "${REUSE_DB:-0}" != 1 ]; then
+  {
+    rm -f "$db"
+    for f in tests/data/h100_sweep.json.gz bench/data/short_rows_h100.json.gz bench/data/long_rows_h100.json.gz \
+             tests/data/h100_domain.json.gz tests/data/h100_domain_configs.json.gz; do
+      python -m autotuner import "$f" --db "$db" | tail -n 1
+    done
+    if [ -n "${COVER_ARGS:-}" ]; then
+      first=$(python -c "import sqlite3; print(sqlite3.connect('$db').execute('select coalesce(max(id),0)+1 from sweep_runs').fetchone()[0])")
+      started=$(date +%s)
+      python -m autotuner sweep --gpu h100 --db "$db" $COVER_ARGS 2>&1 | grep -v "━" | tail -n 3
+      echo "cover sweep: rc=$? in $(( $(date +%s) - started )) s"
+      runs=$(python -c "import sqlite3; print(' '.join(f'--run {r}' for (r,) in sqlite3.connect('$db').execute('select id from sweep_runs where id >= $first')))")
+      python -m autotuner export "$out/h100_cover.json.gz" --db "$db" --gpu h100 $runs 2>&1 | tail -n 1
+    fi
+    python -m autotuner fit --gpu h100 --db "$db" --export "$out/tables" 2>&1 | tail -n 8
+  } >"$out/refit.log" 2>&1
+  tail -n 16 "$out/refit.log"
+fi
+export AUTOTUNER_DB=$db
+IFS=';' read -ra entries <<<"${BENCHES:-}"
+for entry in "${entries[@]}"; do
+  IFS=':' read -r tag dtypes args <<<"$entry"
+  TAG=$tag DTYPES=$dtypes BENCH_ARGS=$args MODES=stream ROUNDS=${ROUNDS:-2} BENCH_TIMEOUT=${BENCH_TIMEOUT:-200} \
+    bash scripts/device_bench_peers.sh
+done

@@ -74,6 +74,9 @@ class ClusterSplitCuda(CudaVariant):
     # No 1024-thread block: (8, 1024, 4 | 8, 0), (4, 1024, 8, 0), (2, 1024, 8, 0), (16, 1024, 4, 0)
     # and (4, 512, 8, 0) were dropped because on the recorded H200 sweep they were never within 5 %
     # of the best of our kernels on any shape or dtype (docs/SWEEP.md, "Pruned configs").
+    # (16, 256, 8, 96) and (16, 512, 8, 64) hold rows of 2 MB in 16 blocks (fp32 N = 524288, 16-bit
+    # N = 1048576), half in shared memory: many such rows (fp32 128x524288) ran at 0.73 of copy split
+    # over CTAs by cuda_long_split, 1.23x QuACK's time (one 16-block cluster a row), H100 2026-11-25.
     CONFIGS: ClassVar[tuple[tuple[int, int, int, int], ...]] = (
         (8, 128, 4, 0), (8, 256, 4, 0), (8, 512, 4, 0), (8, 256, 8, 0), (8, 512, 8, 0), (8, 512, 8, 64),
         (8, 256, 8, 32), (8, 256, 8, 96),
@@ -81,6 +84,7 @@ class ClusterSplitCuda(CudaVariant):
         (2, 512, 8, 0), (2, 512, 8, 64),
         (16, 256, 8, 0), (16, 256, 8, 32), (16, 128, 8, 32),
         (8, 128, 2, 0), (16, 128, 2, 0), (16, 128, 4, 0), (16, 256, 2, 0), (16, 256, 4, 0), (16, 512, 4, 0),
+        (16, 256, 8, 96), (16, 512, 8, 64),
     )
 
     def available(self) -> Support:

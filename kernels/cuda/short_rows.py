@@ -6,8 +6,9 @@ A config is (lanes, elems, rows, block, persistent): ``lanes`` threads share a r
 ``elems`` of its elements (N <= lanes * elems); each group holds ``rows`` rows at once (their loads
 all in flight together; the configs offer 1, see ``SHAPES``); ``block`` threads per block;
 ``persistent`` = 1 caps the grid at the blocks the GPU holds at once (threads per SM / block, times
-SMs) and lets each block loop over tiles, 0 launches one block per tile. A config declares ``n_min`` above a quarter of its capacity: a row
-that fills less of the registers is the job of a smaller config, and sweeping it there is waste.
+SMs) and lets each block loop over tiles, 0 launches one block per tile. A config of capacity over 32 declares ``n_min`` above a quarter of
+its capacity: a row that fills less of the registers is the job of a smaller config, and sweeping it
+there is waste.
 """
 from __future__ import annotations
 
@@ -27,7 +28,12 @@ MAX_GRID_X = 2**31 - 1
 # rows per group (4-8 rows of 8-16 elements per thread in flight) was swept at every capacity up to
 # 256 on the H100 (bench/data/short_rows_h100.json.gz: 72 shapes, N 32..1024, M 16384 and 262144)
 # and was never the best config, so it is no longer offered; the template keeps ROWS.
+# Capacity 16 (two lanes a row) is for rows of 1-16 elements at large M, where a
+# capacity-32 group leaves half its lanes or more idle (fp16 1048576x16 ran at 0.55 of copy with
+# (4, 8, 1) in the H100 domain bench, 2026-11-25). One lane a row, (1, 8 | 16, 1), spills 8-12 B
+# at the 56 registers the launch bounds allow its 16-bit instances (nvcc 13.0), so it is not offered.
 SHAPES: tuple[tuple[int, int, int], ...] = (
+    (2, 8, 1),
     (2, 16, 1), (4, 8, 1),
     (4, 16, 1), (8, 8, 1),
     (8, 16, 1), (16, 8, 1),
@@ -35,7 +41,7 @@ SHAPES: tuple[tuple[int, int, int], ...] = (
     (16, 32, 1), (32, 16, 1),
     (32, 32, 1),
 )
-SMALLEST_CAPACITY = min(lanes * elems for lanes, elems, _ in SHAPES)
+SMALLEST_CAPACITY = 32  # configs up to this capacity admit every N from 1 (see ``constraints``)
 
 
 class ShortRowsCuda(CudaVariant):
