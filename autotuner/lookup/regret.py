@@ -191,8 +191,8 @@ def _on_line(corners: tuple[tuple[int, int], ...], along: float) -> tuple[tuple[
     """:func:`stencil` on a line between two adjacent measured points of it, term for term: both
     interpolations read those two points (one along the line, the other across it), alike."""
     below = 1.0 - along
-    half = sum((below, along))
-    low, high = below / half + below / half, along / half + along / half
+    per_axis = sum((below, along))  # each axis's total, the same terms in the same order
+    low, high = below / per_axis + below / per_axis, along / per_axis + along / per_axis
     total = sum((low, high))
     return corners, [low / total, high / total]
 
