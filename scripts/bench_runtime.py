@@ -10,7 +10,9 @@ where the wheelhouse is carried; ``--no-compile`` skips the torch.compile check,
 ``--quick`` times fewer rounds.) The first argument is the GPU key for the lookup figures and the
 dispatch table (``auto``: the current device's). Without a GPU only the lookup figures are taken.
 
-Lookup (any machine): first lookup = a shape not yet cached (tables already loaded); warm = repeat.
+Lookup (any machine): first lookup = a shape not yet cached (tables already loaded); warm = repeat;
+over 2000 bf16 shapes (m = 3 + i, n = 1000 + 7 i). The summary compares the medians with their
+targets: first lookup <= 10 us, warm <= 0.5 us.
 
 Host overhead: wall time per call of N enqueues without synchronisation (N = 2000, fewer where the
 GPU time would fill the launch queue), median over interleaved rounds, for
@@ -61,6 +63,10 @@ CASES = [  # (label, m, n, dtype, forced variant or None for the dispatched one)
     ("fp32 2x65536 cuda_split_row", 2, 65536, "fp32", "cuda_split_row"),
     ("bf16 2x65536 triton_split_row", 2, 65536, "bf16", "triton_split_row"),
 ]
+
+
+FIRST_LOOKUP_TARGET_US = 10.0  # select_kernel for a shape not yet cached, tables loaded (median)
+WARM_LOOKUP_TARGET_US = 0.5  # a cached shape (median)
 
 
 def lookup_figures(gpu: str) -> dict:
@@ -457,6 +463,15 @@ def environment() -> dict:
 
 def summary(result: dict) -> str:
     lines = []
+    lookup = result.get("lookup", {})
+    if "error" in lookup:
+        lines.append(f"lookup ERROR {lookup['error']}")
+    elif lookup:
+        first, warm = lookup["first_lookup_us_median"], lookup["warm_lookup_us_median"]
+        lines.append(f"lookup first {first:5.2f} us median (p99 {lookup['first_lookup_us_p99']:.1f}), "
+                     f"target <= {FIRST_LOOKUP_TARGET_US:g} us: {'ok' if first <= FIRST_LOOKUP_TARGET_US else 'OVER'}; "
+                     f"warm {warm:4.2f} us median, target <= {WARM_LOOKUP_TARGET_US:g} us: "
+                     f"{'ok' if warm <= WARM_LOOKUP_TARGET_US else 'OVER'}")
     for label, case in result.get("host_overhead", {}).items():
         if "error" in case:
             lines.append(f"{label:34s} ERROR {case['error']}")

@@ -57,22 +57,36 @@ class Answer:
 
 def answer(table: DispatchTable, m: int, n: int, usable: Container[int] | None = None) -> Answer:
     """The table's answer for (m, n) among the ``usable`` candidates (default: all)."""
-    model = _model_of(table)
-    allowed = [i for i in table.admissible(m, n) if usable is None or i in usable]
-    where = f"{table.gpu} {table.dtype}/{table.timing_method} table"
+    return Answer(*answer_fields(table, m, n, usable))
+
+
+def answer_fields(table: DispatchTable, m: int, n: int,
+                  usable: Container[int] | None = None) -> tuple[int | None, float | None, bool, str, str]:
+    """:func:`answer`'s fields as a tuple: the first-lookup path builds no object it does not return."""
+    model = table.__dict__.get("_scaling_model") or _model_of(table)
+    if usable is None or type(usable) is frozenset:
+        allowed: Sequence[int] = table.allowed(m, n, usable)
+    else:
+        allowed = [i for i in table.admissible(m, n) if i in usable]
     if not allowed:
-        return Answer(None, None, False, "no-candidate",
-                      f"no candidate of the {where} admits ({m}, {n}) and runs on this GPU")
-    if model.inside(m, n):
-        pick = table.lookup_among(m, n, allowed)
+        return None, None, False, "no-candidate", \
+            f"no candidate of the {_where(table)} admits ({m}, {n}) and runs on this GPU"
+    if model.n_lo <= n <= model.n_hi and m <= model.m_hi:  # inside the measured domain
+        pick = table.choose(m, n, allowed, estimate=False)
         if pick is None:
-            return Answer(None, None, False, "no-candidate",
-                          f"no candidate of the {where} that admits ({m}, {n}) was measured near it")
+            return None, None, False, "no-candidate", \
+                f"no candidate of the {_where(table)} that admits ({m}, {n}) was measured near it"
+        candidate, predicted, exact = pick
+        if exact:
+            return candidate, predicted, True, "table", ""
         # between measured points the pick is the table rule's, its time the scaling model's (the
-        # rule's own estimate reads the pick's time at the neighbours where it was measured, which
-        # need not bracket the shape: flat in M where only a smaller row measured it)
-        time = None if pick.exact else model.time(pick.candidate, m, n)
-        return Answer(pick.candidate, time or pick.predicted_us, pick.exact, "table")
+        # rule's own estimate, asked for only where the model has none, reads the pick's time at the
+        # neighbours where it was measured, which need not bracket the shape: flat in M where only a
+        # smaller row measured it)
+        time = model.time(candidate, m, n)
+        if not time and predicted is None:
+            predicted = table.estimate(m, n, candidate)
+        return candidate, time or predicted, False, "table", ""
     times = {i: time for i in allowed if (time := model.time(i, m, n)) is not None}
     # past the largest M only, the table rule ranks (at the edge row) the candidates the model
     # vouches for: once every SM is busy the ranking holds; past the N edge the fastest prediction
@@ -80,13 +94,17 @@ def answer(table: DispatchTable, m: int, n: int, usable: Container[int] | None =
     # chose this: docs/DESIGN.md, "Outside the measured points")
     pick = table.lookup(m, n, times) if times and model.n_lo <= n <= model.n_hi else None
     if pick is not None:
-        return Answer(pick.candidate, times[pick.candidate], False, "model")
+        return pick.candidate, times[pick.candidate], False, "model", ""
     if not times:
-        return Answer(None, None, False, "outside-measured",
-                      f"({m}, {n}) is outside the {where}'s measured N {model.n_lo}..{model.n_hi}, "
-                      f"M <= {model.m_hi}, and no candidate was seen to scale there")
+        return None, None, False, "outside-measured", \
+            (f"({m}, {n}) is outside the {_where(table)}'s measured N {model.n_lo}..{model.n_hi}, "
+             f"M <= {model.m_hi}, and no candidate was seen to scale there")
     best = min(times, key=lambda i: (times[i], i))
-    return Answer(best, times[best], False, "model")
+    return best, times[best], False, "model", ""
+
+
+def _where(table: DispatchTable) -> str:
+    return f"{table.gpu} {table.dtype}/{table.timing_method} table"
 
 
 def scaled(series: Sequence[tuple[int, float]], x: int) -> float | None:
@@ -132,6 +150,7 @@ class _Model:
         rates = [2 * p["m"] * p["n"] / p["copy_us"] for p in points if p.get("copy_us")]
         self.copy_rate = max(rates) if rates else None
         self._series: dict[tuple[int, int], list[tuple[int, float]]] = {}
+        self._lines: dict[tuple[int, int], tuple] = {}
 
     def inside(self, m: int, n: int) -> bool:
         return self.n_lo <= n <= self.n_hi and m <= self.m_hi
@@ -140,35 +159,65 @@ class _Model:
         """``scaled`` along M over the rows' times at n, reading only the rows it needs: the first row
         at or above m with a time, and below it the nearest one (or, past the largest row, the two
         that give the exponent): a first lookup is on the dispatch path."""
-        x, rows = max(m, 1), self.row_ms
+        x, rows, at = max(m, 1), self.row_ms, self._at
         start = bisect.bisect_left(rows, x)
-        above = next(((row, t) for row in rows[start:] if (t := self._at(index, row, n)) is not None), None)
-        below = ((row, t) for row in reversed(rows[:start]) if (t := self._at(index, row, n)) is not None)
-        if above is not None:
-            if above[0] == x:
-                time = above[1]
-            else:
-                lower = next(below, None)
-                time = None if lower is None else scaled([lower, above], x)
+        for k in range(start, len(rows)):  # the first row at or above x with a time
+            above = at(index, rows[k], n)
+            if above is not None:
+                hi = rows[k]
+                break
         else:
-            last = next(below, None)
-            if last is None:
+            hi = None
+        if hi == x:
+            time = above
+        else:
+            below = start - 1  # the rows below x, nearest first
+            while below >= 0 and (t_lo := at(index, rows[below], n)) is None:
+                below -= 1
+            if below < 0:
                 return None
-            second = previous = None
-            for pair in below:  # the nearest row at least a factor 2 below the last, else the next one
-                previous = previous or pair
-                if pair[0] * 2 <= last[0]:
-                    second = pair
-                    break
-            second = second or previous
-            time = scaled([second, last] if second else [last], x)
+            if hi is not None:  # scaled([(lo, t_lo), (hi, above)], x) with lo < x < hi, inlined
+                lo = rows[below]
+                weight = math.log(x / lo) / math.log(hi / lo)
+                time = math.exp((1 - weight) * math.log(t_lo) + weight * math.log(above))
+            else:  # past the largest row with a time: extrapolated from it and one below
+                last = (rows[below], t_lo)
+                second = previous = None
+                for k in range(below - 1, -1, -1):  # the nearest row at least a factor 2 below, else the next one
+                    t = at(index, rows[k], n)
+                    if t is None:
+                        continue
+                    previous = previous or (rows[k], t)
+                    if rows[k] * 2 <= last[0]:
+                        second = (rows[k], t)
+                        break
+                second = second or previous
+                time = scaled([second, last] if second else [last], x)
         if time is None:
             return None
         floor = 2 * m * n / self.copy_rate if self.copy_rate else 0.0
         return max(time, floor)
 
     def _at(self, index: int, row_m: int, n: int) -> float | None:
-        return scaled(self._row_series(index, row_m), n)
+        """``scaled(self._row_series(index, row_m), n)`` from the series' sizes, times, log times, log
+        size ratios and extrapolation exponent, worked out once per (candidate, row)."""
+        line = self._lines.get((index, row_m))
+        if line is None:
+            line = self._lines[(index, row_m)] = _line(self._row_series(index, row_m))
+        sizes, times, log_times, log_ratios, exponent = line
+        if not sizes or n < sizes[0]:
+            return None
+        upper = bisect.bisect_left(sizes, n)
+        if upper < len(sizes):
+            if upper == 0 or sizes[upper] == n:
+                return times[upper]
+            weight = math.log(n / sizes[upper - 1]) / log_ratios[upper]
+            return math.exp((1 - weight) * log_times[upper - 1] + weight * log_times[upper])
+        if exponent is None:  # one size measured: the work's scaling
+            return times[-1] * n / sizes[-1]
+        if exponent > SCALE_LIMIT:
+            return None
+        return times[-1] * (n / sizes[-1]) ** max(exponent, 0.0)
 
     def _row_series(self, index: int, row_m: int) -> list[tuple[int, float]]:
         key = (index, row_m)
@@ -177,6 +226,21 @@ class _Model:
             series = self._series[key] = [(p["n"], p["times"][index]) for p in self.rows[row_m]
                                           if p["times"][index] is not None and p["times"][index] > 0]
         return series
+
+
+def _line(series: Sequence[tuple[int, float]]) -> tuple:
+    """One candidate's (size, time) series on one row as ``_Model._at`` reads it: (sizes, times, log
+    times, log(size / previous size), the exponent past the largest size (None where one size was
+    measured)), each the value ``scaled`` computes from the series."""
+    sizes = [size for size, _ in series]
+    times = [time for _, time in series]
+    log_ratios = [None, *(math.log(hi / lo) for lo, hi in zip(sizes, sizes[1:]))]
+    exponent = None
+    if len(series) >= 2:
+        x2, t2 = series[-1]
+        x1, t1 = next((pair for pair in reversed(series[:-1]) if pair[0] * 2 <= x2), series[-2])
+        exponent = math.log(t2 / t1) / math.log(x2 / x1)
+    return sizes, times, [math.log(time) for time in times], log_ratios, exponent
 
 
 def _model_of(table: DispatchTable) -> _Model:

@@ -63,16 +63,18 @@ from __future__ import annotations
 
 import bisect
 import math
-import operator
 from dataclasses import dataclass
 from typing import Any, Container, Iterable, Mapping, Sequence
+
+from autotuner.lookup import regret
+from autotuner.lookup.regret import CLAMP_REACH, Layout
+from autotuner.lookup.regret import log2_or_zero as _log2
 
 FORMAT_VERSION = 1
 RULES = ("nearest-log", "interp-log", "local-regret", "local-regret-clamped")
 DEFAULT_RULE = "local-regret-clamped"
 LOCAL_REGRET_RULES = ("local-regret", "local-regret-clamped")
 REGRET_CAP = 1.5  # local-regret: regrets past this at a neighbour count as this (see the module docstring)
-FIT_PASSES = 2  # local-regret rules: neighbour-effect updates (more change no pick on the recorded sweeps)
 
 
 class TableFormatError(ValueError):
@@ -105,12 +107,8 @@ class Pick:
     exact: bool  # the shape itself was measured
 
 
-# local-regret-clamped reads a row (one M, along N) that ends before the query's N at its nearest end
-# only while that end is within this factor of the query's N: a query far past a row's end (2 x 2.5M
-# read at (2, 262144), where a long-row kernel was never swept) would otherwise let that distant point
-# veto the kernels measured around the query itself. Columns (along M) are still read at any distance:
-# past the largest M the time model extrapolates from them.
-CLAMP_REACH = 4
+_ALLOWED_SETS_KEPT = 4096  # per table: one per cell of the candidates' limits and usable set
+_PLANS_KEPT = 4096  # local-regret plans kept per table (one per neighbours and allowed set)
 
 
 class DispatchTable:
@@ -132,9 +130,20 @@ class DispatchTable:
         # a first lookup of a shape is on the dispatch path, so its per-call work is kept small
         self._class_ns = {cls: sorted({p["n"] for p in same}) for cls, same in self._by_class.items()}
         self._limits = [_limits_of(c.get("constraints", {})) for c in self.candidates]
-        self._layouts: dict[int, _Layout] = {}
+        # (variant, config items) per candidate, as a KernelChoice holds them
+        self.choice_fields = [(c["variant"], tuple(c["config"].items())) for c in self.candidates]
+        # which candidates admit a shape changes only at a limit on either axis and with N's residue
+        # modulo the multiples' lcm: ``allowed`` keeps the set per such cell (not where the lcm is large)
+        self._n_edges = sorted({lim[0] for lim in self._limits} | {lim[1] + 1 for lim in self._limits})
+        self._m_edges = sorted({lim[3] for lim in self._limits} | {lim[4] + 1 for lim in self._limits})
+        modulus = math.lcm(*(lim[2] for lim in self._limits)) if self._limits else 1
+        self._modulus = modulus if 0 < modulus <= 1024 else 0
+        self._allowed_sets: dict[tuple, tuple[int, ...]] = {}
+        self._layouts: dict[int, Layout] = {}
         self._log_regret: dict[tuple[int, int], tuple[float | None, ...]] = {}
+        self._log_times: dict[tuple[int, int], tuple[float | None, ...]] = {}
         self._gaps: dict[tuple[int, int], frozenset[int]] = {}
+        self._plans: dict[tuple, tuple] = {}
         if self.rule in LOCAL_REGRET_RULES:
             cap = math.log(REGRET_CAP)
             for point in self.points:
@@ -153,6 +162,19 @@ class DispatchTable:
         return [i for i, (n_min, n_max, multiple, m_min, m_max) in enumerate(self._limits)
                 if n_min <= n <= n_max and not n % multiple and m_min <= m <= m_max]
 
+    def allowed(self, m: int, n: int, usable: frozenset[int] | None = None) -> tuple[int, ...]:
+        """``admissible(m, n)`` less the candidates not in ``usable`` (None: all), kept per cell of the
+        candidates' limits: one dict probe on a first lookup once the cell has been seen."""
+        if not self._modulus:
+            return tuple(i for i in self.admissible(m, n) if usable is None or i in usable)
+        key = (bisect.bisect_right(self._n_edges, n), bisect.bisect_right(self._m_edges, m), n % self._modulus, usable)
+        found = self._allowed_sets.get(key)
+        if found is None:
+            found = tuple(i for i in self.admissible(m, n) if usable is None or i in usable)
+            if len(self._allowed_sets) < _ALLOWED_SETS_KEPT:
+                self._allowed_sets[key] = found
+        return found
+
     def lookup(self, m: int, n: int, usable: Container[int] | None = None) -> Pick | None:
         """The candidate this table chooses for (m, n) among ``usable`` (default: all), or None if no
         admissible candidate has data."""
@@ -163,17 +185,25 @@ class DispatchTable:
 
     def lookup_among(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
         """``lookup`` among ``allowed``, candidates the caller has already checked admit (m, n)."""
+        found = self.choose(m, n, allowed)
+        return None if found is None else Pick(*found)
+
+    def choose(self, m: int, n: int, allowed: Sequence[int], *,
+               estimate: bool = True) -> tuple[int, float | None, bool] | None:
+        """``lookup_among``'s pick as (candidate, predicted_us, exact), no object built: a first lookup
+        is on the dispatch path. Without ``estimate``, a local-regret pick between measured points
+        comes without its predicted_us (None), for a caller with a time of its own."""
         if not allowed:
             return None
         point = self._exact.get((m, n))
         if point is not None:
             best = _fastest(point["times"], allowed)
             if best is not None:
-                return Pick(best, point["times"][best], True)
+                return best, point["times"][best], True
         if self.rule == "interp-log":
             return self._interpolated(m, n, allowed)
         if self.rule in LOCAL_REGRET_RULES and point is None:
-            return self._local_regret(m, n, allowed)
+            return self._local_regret(m, n, allowed, estimate)
         return self._nearest(m, n, allowed)
 
     def _points_for(self, n: int) -> list[dict[str, Any]]:
@@ -198,78 +228,47 @@ class DispatchTable:
         if none. ``local-regret`` brackets only among lines that span the query on the other axis;
         ``local-regret-clamped`` brackets among all lines and reads one that does not span the query
         at its nearest end (see the module docstring)."""
-        clamped = self.rule != "local-regret"
+        return list(zip(*self._stencil(m, n)))
+
+    def _stencil(self, m: int, n: int) -> tuple[tuple[tuple[int, int], ...], list[float]]:
         key, points = self._class_points(n)
         layout = self._layouts.get(key)
         if layout is None:
-            layout = self._layouts[key] = _Layout(points)
-        weights: dict[tuple[int, int], float] = {}
-        logs = layout.log2
-        log_m, log_n = _log2(m), _log2(n)
-        for lines, keys, across, along, log_across, log_along, swap in (
-                (layout.rows, layout.row_keys, m, n, log_m, log_n, False),
-                (layout.cols, layout.col_keys, n, m, log_n, log_m, True)):
-            usable = keys if clamped else [k for k in keys if lines[k][0] <= along <= lines[k][-1]]
-            if not usable:
-                continue
-            part: dict[tuple[int, int], float] = {}
-            for line, line_weight in _log_bracket(usable, across, log_across, logs):
-                if not swap and not lines[line][0] / CLAMP_REACH <= along <= lines[line][-1] * CLAMP_REACH:
-                    continue  # the line ends too far from the query to say anything about it
-                for value, weight in _log_bracket(lines[line], along, log_along, logs):
-                    corner = (value, line) if swap else (line, value)
-                    part[corner] = part.get(corner, 0.0) + line_weight * weight
-            total = sum(part.values())
-            for corner, weight in part.items():
-                if weight > 0:
-                    weights[corner] = weights.get(corner, 0.0) + weight / total
-        total = sum(weights.values())
-        return [(corner, weight / total) for corner, weight in sorted(weights.items())] if total > 0 else []
+            layout = self._layouts[key] = Layout(points)
+        return regret.stencil(layout, m, n, self.rule != "local-regret")
 
-    def _local_regret(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
-        stencil = self.neighbours(m, n)
-        if not stencil:  # local-regret past the grid's corner: no line reaches the query
+    def _local_regret(self, m: int, n: int, allowed: Sequence[int],
+                      estimate: bool = True) -> tuple[int, float | None, bool] | None:
+        corners, weights = self._stencil(m, n)
+        if not corners:  # local-regret past the grid's corner: no line reaches the query
             return self._nearest(m, n, allowed)
-        # per candidate, its log regrets at the neighbours (one transpose, not a list per candidate)
-        columns = list(zip(*[self._log_regret[corner] for corner, _ in stencil]))
-        weights = [weight for _, weight in stencil]
-        # one pass over candidates x neighbours: each candidate measured at some neighbour and its
-        # weighted mean log regret over the neighbours where it was measured; the candidates measured
-        # at every neighbour (complete) and the others (partial) kept apart for _fit_effects
-        gaps = frozenset().union(*(self._gaps_at(corner) for corner, _ in stencil))
-        theta: dict[int, float] = {}
-        complete: list[tuple[float, ...]] = []
-        partial: dict[int, tuple[float | None, ...]] = {}
-        for i in allowed:
-            values = columns[i]
-            if None not in values:
-                complete.append(values)
-                theta[i] = sum(map(operator.mul, weights, values))  # the weights sum to 1
-                continue
-            if i in gaps:
-                continue  # no measurement vouches for it here: a gap is not a pass
-            total = covered = 0.0
-            for value, weight in zip(values, weights):
-                if value is not None:
-                    total += weight * value
-                    covered += weight
-            if covered:
-                partial[i] = values
-                theta[i] = total / covered
-        if not theta:
+        key = (corners, allowed if type(allowed) is tuple else tuple(allowed))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = regret.plan([self._log_regret[c] for c in corners],
+                               frozenset().union(*map(self._gaps_at, corners)), allowed)
+            if len(self._plans) >= _PLANS_KEPT:
+                self._plans.clear()
+            self._plans[key] = plan
+        best = regret.best(plan, weights)
+        if best is None:
             return self._nearest(m, n, allowed)
-        # without partial candidates the neighbour effects shift every candidate alike, so the
-        # weighted means already order them
-        if partial:
-            _fit_effects(weights, complete, partial, theta)
-        best = min(theta, key=lambda i: (theta[i], i))
-        log_time = weight_sum = 0.0
-        for corner, weight in stencil:
-            time = self._exact[corner]["times"][best]
-            if time is not None and time > 0:
-                log_time += weight * math.log(time)
-                weight_sum += weight
-        return Pick(best, math.exp(log_time / weight_sum), False)
+        return best, self._estimate(corners, weights, best) if estimate else None, False
+
+    def estimate(self, m: int, n: int, candidate: int) -> float:
+        """The local-regret rules' predicted_us of ``candidate`` at (m, n), which ``choose`` picked
+        between measured points: its time interpolated in log space over the neighbours."""
+        return self._estimate(*self._stencil(m, n), candidate)
+
+    def _estimate(self, corners: Sequence[tuple[int, int]], weights: Sequence[float], candidate: int) -> float:
+        return regret.predicted_us([self._log_times_at(corner)[candidate] for corner in corners], weights)
+
+    def _log_times_at(self, corner: tuple[int, int]) -> tuple[float | None, ...]:
+        found = self._log_times.get(corner)
+        if found is None:
+            found = self._log_times[corner] = tuple(
+                math.log(t) if t is not None and t > 0 else None for t in self._exact[corner]["times"])
+        return found
 
     def _gaps_at(self, corner: tuple[int, int]) -> frozenset[int]:
         """The candidates with no time at this point although their constraints admit its shape: not
@@ -285,16 +284,16 @@ class DispatchTable:
                 and limits[3] <= pm <= limits[4])
         return gaps
 
-    def _nearest(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
+    def _nearest(self, m: int, n: int, allowed: Sequence[int]) -> tuple[int, float | None, bool] | None:
         lm, ln = _log2(m), _log2(n)
         ranked = sorted(self._points_for(n), key=lambda p: (_log2(p["m"]) - lm) ** 2 + (_log2(p["n"]) - ln) ** 2)
         for point in ranked:
             best = _fastest(point["times"], allowed)
             if best is not None:
-                return Pick(best, point["times"][best], False)
+                return best, point["times"][best], False
         return None
 
-    def _interpolated(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
+    def _interpolated(self, m: int, n: int, allowed: Sequence[int]) -> tuple[int, float, bool] | None:
         points = self._points_for(n)
         grid = {(p["m"], p["n"]): p for p in points}
         ms = sorted({p["m"] for p in points})
@@ -318,78 +317,7 @@ class DispatchTable:
                 best = (predicted, index)
         if best is None:
             return self._nearest(m, n, allowed)
-        return Pick(best[1], best[0], False)
-
-
-def _log2(value: int) -> float:
-    return math.log2(value) if value > 1 else 0.0
-
-
-def _fit_effects(weights: Sequence[float], complete: Sequence[Sequence[float]],
-                 partial: Mapping[int, Sequence[float | None]], theta: dict[int, float]) -> None:
-    """local-regret's log r[p, c] ~ mu[p] + theta[c] by alternating weighted least squares: from
-    theta = each candidate's mean over its neighbours, FIT_PASSES updates of mu (the mean of r - theta
-    over the candidates measured at p), then of theta; updates ``theta`` in place. ``complete`` holds
-    the log regrets (one per neighbour) of the candidates measured at every neighbour, ``partial``
-    those of the others by index (None where not measured). A complete candidate's theta is its mean
-    less sum_p w[p] mu[p] (the weights sum to 1), so only the partial ones are visited one by one:
-    a first lookup is on the dispatch path."""
-    count = len(complete)
-    complete_sum = sum(theta.values()) - sum(theta[i] for i in partial)
-    column_sums = [sum(column) for column in zip(*complete)] if complete else [0.0] * len(weights)
-    shift = 0.0  # sum_p w[p] mu[p]: what every complete candidate's theta loses
-    for _ in range(FIT_PASSES):
-        offset = []  # mu[p]
-        for p, column_sum in enumerate(column_sums):
-            total, measured = column_sum - complete_sum + count * shift, count
-            for i, values in partial.items():
-                if values[p] is not None:
-                    total += values[p] - theta[i]
-                    measured += 1
-            offset.append(total / measured if measured else 0.0)
-        shift = sum(map(operator.mul, weights, offset))
-        for i, values in partial.items():
-            total = weight_sum = 0.0
-            for value, weight, mu in zip(values, weights, offset):
-                if value is not None:
-                    total += weight * (value - mu)
-                    weight_sum += weight
-            theta[i] = total / weight_sum
-    for i in theta:
-        if i not in partial:
-            theta[i] -= shift
-
-
-class _Layout:
-    """Measured points as lines: M -> sorted N measured on that row, N -> sorted M on that column."""
-
-    def __init__(self, points: Sequence[Mapping[str, Any]]):
-        self.rows: dict[int, list[int]] = {}
-        self.cols: dict[int, list[int]] = {}
-        for point in points:
-            self.rows.setdefault(point["m"], []).append(point["n"])
-            self.cols.setdefault(point["n"], []).append(point["m"])
-        for lines in (self.rows, self.cols):
-            for values in lines.values():
-                values.sort()
-        self.row_keys = sorted(self.rows)
-        self.col_keys = sorted(self.cols)
-        self.log2 = {v: _log2(v) for v in (*self.row_keys, *self.col_keys)}  # for _log_bracket
-
-
-def _log_bracket(values: Sequence[int], x: int, log_x: float, logs: Mapping[int, float]) -> list[tuple[int, float]]:
-    """The values around x with linear weights in log2 space (the end value if x is outside); the
-    log2 of x and of every value are given, since this is on the first-lookup path."""
-    if x <= values[0]:
-        return [(values[0], 1.0)]
-    if x >= values[-1]:
-        return [(values[-1], 1.0)]
-    upper = bisect.bisect_left(values, x)
-    lo, hi = values[upper - 1], values[upper]
-    if hi == x:
-        return [(hi, 1.0)]
-    weight = (log_x - logs[lo]) / (logs[hi] - logs[lo])
-    return [(lo, 1.0 - weight), (hi, weight)]
+        return best[1], best[0], False
 
 
 def _fastest(times: Sequence[float | None], allowed: Iterable[int]) -> int | None:
@@ -430,6 +358,8 @@ def validate(document: Mapping[str, Any]) -> Mapping[str, Any]:
     for candidate in document["candidates"]:
         if "variant" not in candidate or "config" not in candidate:
             raise TableFormatError("every candidate needs 'variant' and 'config'")
+        if not isinstance(candidate["config"], Mapping):
+            raise TableFormatError(f"candidate {candidate['variant']!r}: 'config' must be an object")
     for point in document["points"]:
         if len(point.get("times", ())) != count:
             raise TableFormatError(f"point (m={point.get('m')}, n={point.get('n')}) has {len(point.get('times', ()))} times for {count} candidates")

@@ -29,6 +29,28 @@ def test_constraints_are_applied_exactly():
     assert not admits({"m_max": 8}, 9, 10)
 
 
+@pytest.mark.parametrize("multiple", [1, 625])  # multiples' lcm 8: sets kept per cell; 5000: worked out each time
+def test_allowed_sets_kept_per_cell_of_the_limits_equal_the_constraints_test(multiple):
+    import random
+
+    constraints = [{"n_max": 4096}, {"n_multiple_of": 8}, {}, {"n_min": 129, "n_max": 65536, "m_max": 82},
+                   {"m_min": 4, "m_max": 4}, {"n_multiple_of": 4, "n_min": 1000}, {"n_multiple_of": multiple}]
+    doc = {**document(), "candidates": [{"variant": f"v{i}", "config": {}, "constraints": c}
+                                        for i, c in enumerate(constraints)]}
+    for point in doc["points"]:
+        point["times"] = [1.0] * len(constraints)
+    table = DispatchTable(doc)
+    assert bool(table._modulus) == (multiple == 1)
+    rng = random.Random(2)
+    edges = [0, 1, 4, 5, 82, 83, 128, 129, 999, 1000, 4096, 4097, 65536, 65537]
+    for _ in range(3000):
+        m = rng.choice([rng.choice(edges), rng.randint(0, 1 << 20)])
+        n = max(1, rng.choice([rng.choice(edges), 8 * rng.randint(1, 20000), rng.randint(1, 1 << 20)]))
+        usable = rng.choice([None, frozenset({0, 2, 3, 5}), frozenset(range(len(constraints)))])
+        want = tuple(i for i, c in enumerate(constraints) if admits(c, m, n) and (usable is None or i in usable))
+        assert table.allowed(m, n, usable) == want, (m, n, usable)
+
+
 def test_measured_shape_answers_with_its_winner():
     pick = DispatchTable(document()).lookup(4096, 1024)
     assert pick.candidate == 1 and pick.exact and pick.predicted_us == 15.0
@@ -60,6 +82,7 @@ def test_odd_n_is_interpolated_from_its_own_alignment_class_when_present():
     ({"format_version": 7}, "format_version"),
     ({"rule": "magic"}, "rule"),
     ({"points": [{"m": 1, "n": 2, "times": [1.0]}]}, "has 1 times for 3 candidates"),
+    ({"candidates": [{"variant": "small", "config": [128]}]}, "'config' must be an object"),
 ])
 def test_malformed_tables_are_refused_with_the_reason(broken, message):
     with pytest.raises(TableFormatError, match=message):

@@ -1,0 +1,317 @@
+"""The local-regret rules' arithmetic (``autotuner/lookup/table.py``'s module docstring states the
+rules): a query's measured neighbours and their weights (:func:`stencil`), and the candidate the fit
+of log regrets over them chooses (:func:`plan`, :func:`best`).
+
+A first lookup of a shape is on the dispatch path, so the work is split by what it depends on and
+only what depends on the exact shape is done per lookup:
+
+- the neighbours' weights, per lookup; inside a fully measured cell, or on a line between two
+  measured points of it, from a closed form kept per such place (:meth:`Layout.cell`), elsewhere
+  line by line (:func:`stencil_by_lines`);
+- which allowed candidates are complete, partial or left out for a gap there, and which complete
+  ones cannot win whatever the weights: a :func:`plan`, kept by the table per (neighbours, allowed
+  candidates), which the shapes of one cell share.
+
+Every float the rule computes is computed by the same operations in the same order (sums by ``sum``
+over the same sequence), so the answers are the rule's own to the last bit whichever way they are
+reached (tests/autotuner/test_regret.py compares them).
+"""
+from __future__ import annotations
+
+import bisect
+import math
+import operator
+from typing import Any, Mapping, Sequence
+
+FIT_PASSES = 2  # neighbour-effect updates (more change no pick on the recorded sweeps)
+# local-regret-clamped reads a row (one M, along N) that ends before the query's N at its nearest end
+# only while that end is within this factor of the query's N: a query far past a row's end (2 x 2.5M
+# read at (2, 262144), where a long-row kernel was never swept) would otherwise let that distant point
+# veto the kernels measured around the query itself. Columns (along M) are still read at any distance:
+# past the largest M the time model extrapolates from them.
+CLAMP_REACH = 4
+# A candidate whose smallest log regret over the neighbours exceeds another's weighted mean (or its
+# largest log regret) by more than this has the larger weighted mean whatever the weights: they are
+# positive and sum to 1, so a mean lies between the smallest and the largest value, to within the
+# rounding of a few additions (~1e-15; log regrets lie in [0, log REGRET_CAP]).
+_DOMINATED = 1e-9
+_mul = operator.mul
+
+
+def log2_or_zero(value: int) -> float:
+    return math.log2(value) if value > 1 else 0.0
+
+
+class Layout:
+    """Measured points as lines: M -> sorted N measured on that row, N -> sorted M on that column."""
+
+    def __init__(self, points: Sequence[Mapping[str, Any]]):
+        self.rows: dict[int, list[int]] = {}
+        self.cols: dict[int, list[int]] = {}
+        for point in points:
+            self.rows.setdefault(point["m"], []).append(point["n"])
+            self.cols.setdefault(point["n"], []).append(point["m"])
+        for lines in (self.rows, self.cols):
+            for values in lines.values():
+                values.sort()
+        self.row_keys = sorted(self.rows)
+        self.col_keys = sorted(self.cols)
+        self.log2 = {v: log2_or_zero(v) for v in (*self.row_keys, *self.col_keys)}  # for log_bracket
+        # the N range within CLAMP_REACH of each row's ends, which the clamped rule reads the row in
+        self.row_reach = {m: (ns[0] / CLAMP_REACH, ns[-1] * CLAMP_REACH) for m, ns in self.rows.items()}
+        self.cells: dict[tuple[int, bool, int, bool], tuple | None] = {}
+
+    def cell(self, key: tuple[int, bool, int, bool]) -> tuple | None:
+        """Where a query lies among the lines, as ``key`` = (its M's ``bisect_left`` in ``row_keys``,
+        whether M is a row, the same for N in ``col_keys``), if :func:`stencil` has a closed form there
+        (kept per key): strictly inside a cell whose four corners were measured, (sorted corners, log2
+        of the lower row, log2 gap of the rows, the same for the columns); on a line between two
+        adjacent measured points of it, (sorted corners, whether the line is a row, log2 of the lower
+        point, log2 gap). Lower lines are at least 1, so every weight is positive. Else None."""
+        found = self.cells.get(key, False)
+        if found is False:
+            found = self.cells[key] = self._closed_form(*key)
+        return found
+
+    def _closed_form(self, upper_m: int, m_on: bool, upper_n: int, n_on: bool) -> tuple | None:
+        rows, logs = self.rows, self.log2
+        inside_m, inside_n = 0 < upper_m < len(self.row_keys), 0 < upper_n < len(self.col_keys)
+        if not m_on and not n_on and inside_m and inside_n:
+            (r0, r1), (c0, c1) = self.row_keys[upper_m - 1:upper_m + 1], self.col_keys[upper_n - 1:upper_n + 1]
+            if r0 >= 1 and all(c in rows[r] for r in (r0, r1) for c in (c0, c1)):
+                return (((r0, c0), (r0, c1), (r1, c0), (r1, c1)), logs[r0], logs[r1] - logs[r0],
+                        logs[c0], logs[c1] - logs[c0])
+        elif m_on and not n_on and inside_n:  # on the row M, between two of its columns
+            row, (c0, c1) = self.row_keys[upper_m], self.col_keys[upper_n - 1:upper_n + 1]
+            if c0 in rows[row] and c1 in rows[row]:
+                return ((row, c0), (row, c1)), True, logs[c0], logs[c1] - logs[c0]
+        elif n_on and not m_on and inside_m:  # on the column N, between two of its rows
+            column, (r0, r1) = self.col_keys[upper_n], self.row_keys[upper_m - 1:upper_m + 1]
+            if r0 >= 1 and column in rows[r0] and column in rows[r1]:
+                return ((r0, column), (r1, column)), False, logs[r0], logs[r1] - logs[r0]
+        return None
+
+
+def log_bracket(values: Sequence[int], x: int, log_x: float, logs: Mapping[int, float]) -> list[tuple[int, float]]:
+    """The values around x with linear weights in log2 space (the end value if x is outside); the
+    log2 of x and of every value are given, since this is on the first-lookup path."""
+    if x <= values[0]:
+        return [(values[0], 1.0)]
+    if x >= values[-1]:
+        return [(values[-1], 1.0)]
+    upper = bisect.bisect_left(values, x)
+    lo, hi = values[upper - 1], values[upper]
+    if hi == x:
+        return [(hi, 1.0)]
+    weight = (log_x - logs[lo]) / (logs[hi] - logs[lo])
+    return [(lo, 1.0 - weight), (hi, weight)]
+
+
+def stencil(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tuple[tuple[int, int], ...], list[float]]:
+    """The neighbours of (m, n), sorted, and their weights (summing to 1); empty if none. The mean of
+    the interpolation along N on the rows bracketing M and along M on the columns bracketing N; the
+    clamped rule brackets among all lines (a row only within ``CLAMP_REACH`` of its ends), the other
+    only among lines that span the query on the other axis. Inside a fully measured cell, or on a line
+    between two measured points, from the closed form kept for that place (:meth:`Layout.cell`),
+    which is the same arithmetic; elsewhere :func:`stencil_by_lines`."""
+    log_m, log_n = log2_or_zero(m), log2_or_zero(n)
+    row_keys, col_keys = layout.row_keys, layout.col_keys
+    upper_m, upper_n = bisect.bisect_left(row_keys, m), bisect.bisect_left(col_keys, n)
+    key = (upper_m, upper_m < len(row_keys) and row_keys[upper_m] == m,
+           upper_n, upper_n < len(col_keys) and col_keys[upper_n] == n)
+    cell = layout.cells.get(key, False)
+    if cell is False:
+        cell = layout.cell(key)
+    if cell is not None:
+        if len(cell) == 5:
+            return _in_cell(cell, log_m, log_n)
+        corners, on_row, log_lo, gap = cell
+        return _on_line(corners, ((log_n if on_row else log_m) - log_lo) / gap)
+    return stencil_by_lines(layout, m, n, clamped)
+
+
+def stencil_by_lines(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tuple[tuple[int, int], ...], list[float]]:
+    """:func:`stencil` as the rule states it, line by line, for any query (``stencil`` answers from
+    its closed forms where they apply)."""
+    log_m, log_n = log2_or_zero(m), log2_or_zero(n)
+    logs, rows, cols = layout.log2, layout.rows, layout.cols
+    weights: dict[tuple[int, int], float] = {}
+    # along N on the rows around M; a line's corners are distinct, so each is set once
+    keys = layout.row_keys if clamped else [k for k in layout.row_keys if rows[k][0] <= n <= rows[k][-1]]
+    if keys:
+        corners, parts = [], []
+        for line, line_weight in log_bracket(keys, m, log_m, logs):
+            low, high = layout.row_reach[line]
+            if not low <= n <= high:
+                continue  # the line ends too far from the query to say anything about it
+            for value, weight in log_bracket(rows[line], n, log_n, logs):
+                corners.append((line, value))
+                parts.append(line_weight * weight)
+        total = sum(parts)
+        for corner, weight in zip(corners, parts):
+            if weight > 0:
+                weights[corner] = weight / total  # the first axis: nothing there yet
+    # along M on the columns around N
+    keys = layout.col_keys if clamped else [k for k in layout.col_keys if cols[k][0] <= m <= cols[k][-1]]
+    if keys:
+        corners, parts = [], []
+        for line, line_weight in log_bracket(keys, n, log_n, logs):
+            for value, weight in log_bracket(cols[line], m, log_m, logs):
+                corners.append((value, line))
+                parts.append(line_weight * weight)
+        total = sum(parts)
+        for corner, weight in zip(corners, parts):
+            if weight > 0:
+                weights[corner] = weights.get(corner, 0.0) + weight / total
+    total = sum(weights.values())
+    if not total > 0:
+        return (), []
+    ordered = sorted(weights.items())
+    return tuple(corner for corner, _ in ordered), [weight / total for _, weight in ordered]
+
+
+def _in_cell(cell: tuple, log_m: float, log_n: float) -> tuple[tuple[tuple[int, int], ...], list[float]]:
+    """:func:`stencil` strictly inside a fully measured cell, term for term: each axis brackets the
+    query between the same two lines, and each of those lines between the other axis's two, so both
+    interpolations read the four corners with bilinear weights (in their own order of summation)."""
+    corners, log_r0, rows_gap, log_c0, cols_gap = cell
+    along_m = (log_m - log_r0) / rows_gap
+    along_n = (log_n - log_c0) / cols_gap
+    below_m, below_n = 1.0 - along_m, 1.0 - along_n
+    w00, w01, w10, w11 = below_m * below_n, below_m * along_n, along_m * below_n, along_m * along_n
+    by_rows = sum((w00, w01, w10, w11))  # the rows' corners in their order: (r0, c0), (r0, c1), (r1, ...)
+    by_cols = sum((w00, w10, w01, w11))  # the columns': (r0, c0), (r1, c0), (r0, c1), (r1, c1)
+    w00, w01, w10, w11 = (w00 / by_rows + w00 / by_cols, w01 / by_rows + w01 / by_cols,
+                          w10 / by_rows + w10 / by_cols, w11 / by_rows + w11 / by_cols)
+    total = sum((w00, w01, w10, w11))
+    return corners, [w00 / total, w01 / total, w10 / total, w11 / total]
+
+
+def _on_line(corners: tuple[tuple[int, int], ...], along: float) -> tuple[tuple[tuple[int, int], ...], list[float]]:
+    """:func:`stencil` on a line between two adjacent measured points of it, term for term: both
+    interpolations read those two points (one along the line, the other across it), alike."""
+    below = 1.0 - along
+    per_axis = sum((below, along))  # each axis's total, the same terms in the same order
+    low, high = below / per_axis + below / per_axis, along / per_axis + along / per_axis
+    total = sum((low, high))
+    return corners, [low / total, high / total]
+
+
+def plan(log_regrets: Sequence[Sequence[float | None]], gaps: frozenset[int], allowed: Sequence[int]) -> tuple:
+    """What :func:`best` needs at one set of neighbours for the ``allowed`` candidates, independent
+    of the weights: (contenders, entries, column sums). ``log_regrets`` holds one row per neighbour,
+    ``gaps`` the candidates with a gap at one of them. Where no candidate is partial (has values at
+    some neighbours only, none of them gaps), the weighted means alone decide: ``contenders`` lists
+    the complete candidates that are not dominated as (smallest log regret, index, log regrets), in
+    that order. Otherwise ``contenders`` is None and ``best`` runs the fit over the ``entries``
+    (index, log regrets, partial or not) of the candidates measured at some neighbour and not left
+    out for a gap, in ``allowed``'s order, with the complete ones' sums per neighbour."""
+    columns = list(zip(*log_regrets))
+    complete, partial = [], False
+    entries = []
+    for i in allowed:
+        values = columns[i]
+        if None not in values:
+            complete.append((i, values))
+            entries.append((i, values, False))
+        elif i not in gaps and any(value is not None for value in values):
+            partial = True
+            entries.append((i, values, True))
+    if partial:
+        sums = [sum(column) for column in zip(*(values for _, values in complete))] if complete \
+            else [0.0] * len(log_regrets)
+        return None, tuple(entries), sums
+    if not complete:
+        return (), None, None
+    ceiling = min(max(values) for _, values in complete) + _DOMINATED
+    return tuple(sorted((min(values), i, values) for i, values in complete if min(values) <= ceiling)), None, None
+
+
+def best(plan_: tuple, weights: Sequence[float]) -> int | None:
+    """The candidate with the smallest fitted log regret (ties: the lower index), or None if no
+    allowed candidate was measured at a neighbour without a gap."""
+    contenders, entries, column_sums = plan_
+    if contenders is not None:
+        if len(contenders) == 1:
+            return contenders[0][1]
+        chosen = chosen_theta = None
+        for lowest, i, values in contenders:  # by their smallest log regret, so the rest cannot win
+            if chosen is not None and lowest > chosen_theta + _DOMINATED:
+                break
+            theta = sum(map(_mul, weights, values))  # the weights sum to 1
+            if chosen is None or theta < chosen_theta or (theta == chosen_theta and i < chosen):
+                chosen, chosen_theta = i, theta
+        return chosen
+    # each candidate's weighted mean log regret over the neighbours where it was measured; the
+    # candidates measured at every neighbour (complete) and the others (partial) kept apart for
+    # fit_effects
+    theta: dict[int, float] = {}
+    complete: list[tuple[float, ...]] = []
+    partial: dict[int, tuple[float | None, ...]] = {}
+    for i, values, is_partial in entries:
+        if not is_partial:
+            complete.append(values)
+            theta[i] = sum(map(_mul, weights, values))
+            continue
+        total = covered = 0.0
+        for value, weight in zip(values, weights):
+            if value is not None:
+                total += weight * value
+                covered += weight
+        if covered:
+            partial[i] = values
+            theta[i] = total / covered
+    if not theta:
+        return None
+    if partial:
+        fit_effects(weights, complete, partial, theta, column_sums)
+    return min(theta, key=lambda i: (theta[i], i))
+
+
+def predicted_us(log_times: Sequence[float | None], weights: Sequence[float]) -> float:
+    """A candidate's time interpolated in log space over the neighbours where it was measured, from
+    its log times there (None where not measured; one at least measured)."""
+    log_time = weight_sum = 0.0
+    for value, weight in zip(log_times, weights):
+        if value is not None:
+            log_time += weight * value
+            weight_sum += weight
+    return math.exp(log_time / weight_sum)
+
+
+def fit_effects(weights: Sequence[float], complete: Sequence[Sequence[float]],
+                partial: Mapping[int, Sequence[float | None]], theta: dict[int, float],
+                column_sums: Sequence[float] | None = None) -> None:
+    """local-regret's log r[p, c] ~ mu[p] + theta[c] by alternating weighted least squares: from
+    theta = each candidate's mean over its neighbours, FIT_PASSES updates of mu (the mean of r - theta
+    over the candidates measured at p), then of theta; updates ``theta`` in place. ``complete`` holds
+    the log regrets (one per neighbour) of the candidates measured at every neighbour, ``partial``
+    those of the others by index (None where not measured). A complete candidate's theta is its mean
+    less sum_p w[p] mu[p] (the weights sum to 1), so only the partial ones are visited one by one:
+    a first lookup is on the dispatch path. ``column_sums``, the complete candidates' sums per
+    neighbour, may be given where they are kept."""
+    count = len(complete)
+    complete_sum = sum(theta.values()) - sum(theta[i] for i in partial)
+    if column_sums is None:
+        column_sums = [sum(column) for column in zip(*complete)] if complete else [0.0] * len(weights)
+    shift = 0.0  # sum_p w[p] mu[p]: what every complete candidate's theta loses
+    for _ in range(FIT_PASSES):
+        offset = []  # mu[p]
+        for p, column_sum in enumerate(column_sums):
+            total, measured = column_sum - complete_sum + count * shift, count
+            for i, values in partial.items():
+                if values[p] is not None:
+                    total += values[p] - theta[i]
+                    measured += 1
+            offset.append(total / measured if measured else 0.0)
+        shift = sum(map(_mul, weights, offset))
+        for i, values in partial.items():
+            total = weight_sum = 0.0
+            for value, weight, mu in zip(values, weights, offset):
+                if value is not None:
+                    total += weight * (value - mu)
+                    weight_sum += weight
+            theta[i] = total / weight_sum
+    for i in theta:
+        if i not in partial:
+            theta[i] -= shift
