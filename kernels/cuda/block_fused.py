@@ -10,7 +10,6 @@ class BlockFusedCuda(BlockRowVariant):
     seed = "000"
     source = "block_fused.cu"
     kernel = "softmax_block_fused"
-    dtypes = ("fp32", "fp16", "bf16")
     description = (
         "one block per row, row in registers (16-byte loads, any N via scalar head/tail), block max, "
         "then exp and block sum, then normalize from registers"

@@ -45,7 +45,6 @@ class BlockOnlineCuda(BlockRowVariant):
     seed = "000/002/003"
     source = "block_online.cu"
     kernel = "softmax_block_online"
-    dtypes = ("fp32", "fp16", "bf16")
     description = (
         "one block per row, row in registers (16-byte loads, any N via scalar head/tail), per-thread "
         "(max, sum) merged in one MaxSum block reduction, then normalize from registers"
