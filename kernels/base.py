@@ -127,9 +127,9 @@ def torch_cuda_support() -> Support:
     try:
         import torch
     except ImportError as exc:
-        return Support(False, f"torch not importable: {exc}")
+        return unsupported(f"torch not importable: {exc}")
     if not torch.cuda.is_available():
-        return Support(False, "torch sees no CUDA device")
+        return unsupported("torch sees no CUDA device")
     return SUPPORTED
 
 
