@@ -190,8 +190,9 @@ class Variant(ABC):
         return {"min_arch": int(self.min_arch)}
 
     def available(self) -> Support:
-        """Can this variant run on this machine at all (GPU present, package importable)?"""
-        return SUPPORTED
+        """Can this variant run on this machine at all (GPU present, package importable)? Unless a
+        variant says otherwise: where torch sees a CUDA device (``torch_cuda_support``)."""
+        return torch_cuda_support()
 
     @abstractmethod
     def all_configs(self) -> list[KernelConfig]:
