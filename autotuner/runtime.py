@@ -127,17 +127,6 @@ def _softmax_impl(x: Any, dim: int) -> Any:
     return result if last else result.movedim(-1, dim).contiguous()
 
 
-def _run(x: Any, dim: int) -> Any:
-    """Softmax of a tensor (eager, or the custom op's body): the fast path where a plan exists."""
-    if type(x) is _Tensor and (dim == -1 or dim == 1):
-        shape = x.shape
-        if len(shape) == 2:
-            plan = _plans.get((x.get_device(), shape, x.dtype))
-            if plan is not None and x.is_contiguous():
-                return plan(x)
-    return _softmax_impl(x, dim)
-
-
 def _register_op() -> Any:
     """``torch.ops.autotuner.softmax``: a custom op, so torch.compile treats the launch as one opaque
     call (with a fake implementation for shape propagation) and CUDA-graph capture records it.
@@ -146,7 +135,9 @@ def _register_op() -> Any:
     # explicit schema: this module's annotations are strings (``from __future__``)
     @torch.library.custom_op("autotuner::softmax", mutates_args=(), schema="(Tensor x, int dim) -> Tensor")
     def autotuner_softmax(x, dim):  # noqa: ANN001, ANN202
-        return _run(x, dim)
+        # softmax's own path. While a compile is in progress (a backend running a graph on real
+        # tensors) softmax would hand the call back to this op, so there it takes the general path.
+        return _softmax_impl(x, dim) if _is_compiling() else softmax(x, dim)
 
     @autotuner_softmax.register_fake
     def _(x, dim):  # noqa: ANN001, ANN202
@@ -162,7 +153,7 @@ def softmax(x: Any, dim: int = -1) -> Any:
     """Softmax over ``dim`` with the dispatched kernel (torch.softmax for CPU tensors)."""
     if _is_compiling():
         return _op(x, dim)
-    # eager: skip the custom-op dispatcher's per-call cost; the fast path of _run, inlined
+    # eager: the fast path here, without the custom-op dispatcher's per-call cost
     if type(x) is _Tensor and (dim == -1 or dim == 1):
         shape = x.shape
         if len(shape) == 2:

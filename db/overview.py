@@ -3,7 +3,7 @@ model, and the provenance of fitted tables. Each takes an open session; the call
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -11,17 +11,21 @@ from sqlalchemy.orm import Session
 from db.models import CandidateRow, GpuModel, Measurement, SweepRun
 
 
+def _status_counts_by_gpu(session: Session, status: Any, *joins: tuple[Any, Any]) -> dict[str, dict[str, int]]:
+    """{gpu key: {status: count}} over the table of the ``status`` column, tied to the GPU model by
+    ``joins``: (table, on clause) pairs, joined in that order."""
+    statement = select(GpuModel.key, status, func.count())
+    for table, on in joins:
+        statement = statement.join(table, on)
+    counts: dict[str, dict[str, int]] = {}
+    for key, value, count in session.execute(statement.group_by(GpuModel.key, status)):
+        counts.setdefault(key, {})[value] = int(count)
+    return counts
+
+
 def run_counts_by_gpu(session: Session) -> dict[str, dict[str, int]]:
     """{gpu key: {run status: count}}."""
-    statement = (
-        select(GpuModel.key, SweepRun.status, func.count())
-        .join(SweepRun, SweepRun.gpu_model_id == GpuModel.id)
-        .group_by(GpuModel.key, SweepRun.status)
-    )
-    counts: dict[str, dict[str, int]] = {}
-    for key, status, count in session.execute(statement):
-        counts.setdefault(key, {})[status] = int(count)
-    return counts
+    return _status_counts_by_gpu(session, SweepRun.status, (SweepRun, SweepRun.gpu_model_id == GpuModel.id))
 
 
 def latest_runs(session: Session, gpu_key: str, timing_method: str | None = None, limit: int = 1) -> list[SweepRun]:
@@ -40,16 +44,8 @@ def latest_runs(session: Session, gpu_key: str, timing_method: str | None = None
 
 def measurement_counts_by_gpu(session: Session) -> dict[str, dict[str, int]]:
     """{gpu key: {measurement status: count}} over every run."""
-    statement = (
-        select(GpuModel.key, Measurement.status, func.count())
-        .join(SweepRun, Measurement.run_id == SweepRun.id)
-        .join(GpuModel, SweepRun.gpu_model_id == GpuModel.id)
-        .group_by(GpuModel.key, Measurement.status)
-    )
-    counts: dict[str, dict[str, int]] = {}
-    for key, status, count in session.execute(statement):
-        counts.setdefault(key, {})[status] = int(count)
-    return counts
+    return _status_counts_by_gpu(session, Measurement.status, (SweepRun, Measurement.run_id == SweepRun.id),
+                                 (GpuModel, SweepRun.gpu_model_id == GpuModel.id))
 
 
 def source_hashes_of_runs(session: Session, run_ids: Sequence[int], dtype: str | None = None) -> dict[str, set[str]]:

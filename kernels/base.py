@@ -127,9 +127,9 @@ def torch_cuda_support() -> Support:
     try:
         import torch
     except ImportError as exc:
-        return Support(False, f"torch not importable: {exc}")
+        return unsupported(f"torch not importable: {exc}")
     if not torch.cuda.is_available():
-        return Support(False, "torch sees no CUDA device")
+        return unsupported("torch sees no CUDA device")
     return SUPPORTED
 
 
@@ -190,8 +190,9 @@ class Variant(ABC):
         return {"min_arch": int(self.min_arch)}
 
     def available(self) -> Support:
-        """Can this variant run on this machine at all (GPU present, package importable)?"""
-        return SUPPORTED
+        """Can this variant run on this machine at all (GPU present, package importable)? Unless a
+        variant says otherwise: where torch sees a CUDA device (``torch_cuda_support``)."""
+        return torch_cuda_support()
 
     @abstractmethod
     def all_configs(self) -> list[KernelConfig]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.base import Build, KernelConfig, Resources, Support, Variant, torch_cuda_support
+from kernels.base import Build, KernelConfig, Resources, Variant
 
 
 class TorchSoftmax(Variant):
@@ -11,9 +11,6 @@ class TorchSoftmax(Variant):
     seed = "torch"
     backend = "torch"
     description = "torch.softmax(x, -1, out=...) as shipped with PyTorch"
-
-    def available(self) -> Support:
-        return torch_cuda_support()
 
     def all_configs(self) -> list[KernelConfig]:
         return [KernelConfig()]

@@ -81,6 +81,16 @@ def friendly(function: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def command(name: str | None = None, *, on: typer.Typer | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a command on ``on`` (default ``app``, or a group such as ``db``) with its expected
+    errors shown as one line (``friendly``)."""
+
+    def register(function: Callable[..., Any]) -> Callable[..., Any]:
+        return (on or app).command(name)(friendly(function))
+
+    return register
+
+
 def check_method(method: str) -> str:
     from autotuner.domain import TIMING_METHODS as METHODS
 

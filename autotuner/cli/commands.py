@@ -7,12 +7,11 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, console, friendly, how_to_fill, out, print_json, print_table
+from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, command, console, how_to_fill, out, print_json, print_table
 from autotuner.lookup.table import DEFAULT_RULE
 
 
-@app.command()
-@friendly
+@command()
 def fit(
     gpu: Annotated[str, typer.Option(help="GPU model whose measurements to fit (h100, ...).")],
     db: DbOption = None,
@@ -60,8 +59,7 @@ def fit(
     print_table(report)
 
 
-@app.command("select")
-@friendly
+@command("select")
 def select_command(
     m: Annotated[int, typer.Argument(help="Rows.", min=0)],
     n: Annotated[int, typer.Argument(help="Row length.", min=1)],
@@ -76,8 +74,7 @@ def select_command(
     print_json(select_kernel(m, n, dtype, gpu=gpu, timing_method=method).as_dict())
 
 
-@app.command()
-@friendly
+@command()
 def report(
     gpu: Annotated[str, typer.Option(help="GPU model whose measurements to report (h100, ...).")],
     db: DbOption = None,
@@ -137,8 +134,7 @@ def kernels(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON l
     print_table(table)
 
 
-@app.command()
-@friendly
+@command()
 def tables(db: DbOption = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False) -> None:
     """List the shipped and fitted dispatch tables with their regret figures."""
@@ -156,8 +152,7 @@ def tables(db: DbOption = None,
     print_table(table)
 
 
-@app.command()
-@friendly
+@command()
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.", min=1, max=65535)] = 8000,

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import typer
 
-from autotuner.cli.app import DbOption, app, friendly, out
+from autotuner.cli.app import DbOption, app, command, out
 
 db_app = typer.Typer(help="The tuning database's schema: show its revision, upgrade it.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 
-@db_app.command("current")
-@friendly
+@command("current", on=db_app)
 def current_command(db: DbOption = None) -> None:
     """Print the database's schema revision and the newest this program knows."""
     from db.engine import make_engine
@@ -25,8 +24,7 @@ def current_command(db: DbOption = None) -> None:
     out.print(f"revision {revision or 'none (not a tuning database)'}; newest known {head_revision()}")
 
 
-@db_app.command("upgrade")
-@friendly
+@command("upgrade", on=db_app)
 def upgrade_command(db: DbOption = None) -> None:
     """Upgrade the database's schema to this program's (Alembic revisions; one transaction). An SQLite
     file is first copied beside itself as <file>.schema-v<N>.bak; back a PostgreSQL database up first."""

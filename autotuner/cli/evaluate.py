@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, console, friendly, out, print_json, print_table
+from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, check_method, command, console, out, print_json, print_table
 
 SetOption = Annotated[Optional[str], typer.Option(
     "--set", help="A named held-out set over the whole domain (autotuner/report/heldout.py): attention, vocab, long, odd, "
@@ -29,8 +29,7 @@ def set_shapes(name: str | None, m: str | None, n: str | None, dtypes: list[str]
         raise UserError(f"--set: {error}", code=2) from None
 
 
-@app.command()
-@friendly
+@command()
 def evaluate(
     gpu: Annotated[str, typer.Option(help="GPU model whose tables to score (h100, ...) or 'auto' (sweeps need the GPU).")],
     db: DbOption = None,
@@ -97,8 +96,7 @@ def evaluate(
     print_table(report)
 
 
-@app.command()
-@friendly
+@command()
 def bench(
     dtype: DtypesOption = "all",
     m: Annotated[Optional[str], typer.Option("--m", help="M list (default: the sweep grid's).")] = None,

@@ -9,15 +9,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from autotuner.cli.app import DbOption, UserError, app, friendly, out, print_json
+from autotuner.cli.app import DbOption, UserError, command, out, print_json
 
 
 def _open_text(path: Path, mode: str):  # noqa: ANN202 - a text file, gzip-compressed if named *.gz
     return gzip.open(path, mode + "t") if path.suffix == ".gz" else open(path, mode)
 
 
-@app.command("export")
-@friendly
+@command("export")
 def export_command(
     output: Annotated[str, typer.Argument(help="File to write (.json, or .json.gz to compress); '-' for stdout.")],
     db: DbOption = None,
@@ -43,8 +42,7 @@ def export_command(
     out.print(f"exported {len(document['runs'])} run(s) to {output}", highlight=False)
 
 
-@app.command("import")
-@friendly
+@command("import")
 def import_command(
     source: Annotated[str, typer.Argument(help="Exchange document (.json or .json.gz).")],
     db: DbOption = None,

@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, UserError, app, check_method, console, friendly, how_to_fill, out, parse_duration, print_json, print_table
+from autotuner.cli.app import DbOption, UserError, check_method, command, console, how_to_fill, out, parse_duration, print_json, print_table
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,7 @@ def visible_device_count() -> int:
     return torch.cuda.device_count()
 
 
-@app.command()
-@friendly
+@command()
 def sweep(
     gpu: Annotated[str, typer.Option(help="GPU model to tune (h100, h200, a100, ...) or 'auto'; must match the devices.")] = "auto",
     db: DbOption = None,
@@ -222,8 +221,7 @@ def sweep(
                   f"worker restarts {sum(r.restarts for r in runners)}", highlight=False)
 
 
-@app.command()
-@friendly
+@command()
 def status(
     db: DbOption = None,
     gpu: Annotated[Optional[str], typer.Option(help="Only this GPU model (h100, ...).")] = None,

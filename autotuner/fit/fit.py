@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy.orm import Session
 
-from autotuner.tune.measure import QUICK_REPS
+from autotuner.tune.measure import QUICK_REPS, VariantConfig
 from autotuner.lookup.table import DEFAULT_RULE, FORMAT_VERSION, DispatchTable
 from db import queries
 
@@ -43,10 +43,7 @@ class FitError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Observation:
-    variant: str
-    config_key: str
-    config: dict[str, Any]
+class Observation(VariantConfig):
     m: int
     n: int
     median_us: float

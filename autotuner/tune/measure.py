@@ -30,6 +30,16 @@ FATAL_MARKERS = ("illegal memory access", "illegal address", "unspecified launch
 
 
 @dataclass(frozen=True)
+class VariantConfig:
+    """One variant at one config, as the database keys it: the config's key and its parameters.
+    The sweep's candidates and the fit's observations are these and more."""
+
+    variant: str
+    config_key: str
+    config: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class WorkItem:
     """One thing to measure. ``kind`` "candidate" times variant/config; "copy" times the copy reference."""
 

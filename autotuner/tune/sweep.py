@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 from sqlalchemy import Engine
 
 from autotuner.lookup.gpu import GpuInfo
-from autotuner.tune.measure import WorkItem
+from autotuner.tune.measure import VariantConfig, WorkItem
 from autotuner.tune.parallel import DEFAULT_LEASE_S, SharedWorkList, run_threads, work_list_key
 from autotuner.tune.retime import retime_keys
 from db import queries, worklist
@@ -41,10 +41,7 @@ class Runner(Protocol):
 
 
 @dataclass(frozen=True)
-class Candidate:
-    variant: str
-    config_key: str
-    config: dict[str, Any]
+class Candidate(VariantConfig):
     source_hash: str
 
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.base import SUPPORTED, Build, KernelConfig, Support, Variant
+from kernels.base import SUPPORTED, Build, KernelConfig, Resources, Support, Variant
 from kernels.cuda import loader
 
 _SHAPE_MEMO = 256  # input shapes whose launch geometry a launcher remembers
@@ -75,7 +75,13 @@ class CudaVariant(Variant):
         threads = self.threads(config)
         smem = self.dynamic_smem(config, dtype, n)
         resources = loader.resources_of(function, threads, smem, compile_seconds=seconds)
-        return Build(self.name, config, dtype, self.make_launcher(function, config, dtype, threads), resources)
+        return Build(self.name, config, dtype, self.build_launcher(function, config, dtype, resources), resources)
+
+    def build_launcher(self, function: Any, config: KernelConfig, dtype: str, resources: Resources):
+        """``launch(x, out)`` of one build, given what the driver reported for it: ``make_launcher``'s,
+        unless a kernel's launch depends on those figures (grid_split and long_split size their grid
+        from ``blocks_per_sm``, since a row's blocks must all be resident)."""
+        return self.make_launcher(function, config, dtype, int(resources.threads_per_block))
 
     def make_launcher(self, function: Any, config: KernelConfig, dtype: str, threads: int):
         """``launch(x, out)`` for one compiled kernel. Grid and dynamic shared memory are worked out

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.base import Build, KernelConfig, cdiv
+from kernels.base import KernelConfig, Resources, cdiv
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
@@ -96,14 +96,9 @@ class GridSplitCuda(SlotWorkspace, CudaVariant):
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         return f"softmax_grid_split<{CUDA_TYPE[dtype]}, {config['block']}, {config['packs']}>"
 
-    def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
-        function, seconds = loader.get_function(self.source, self.name_expression(config, dtype), code=self.source_code())
-        threads = self.threads(config)
-        resources = loader.resources_of(function, threads, 0, compile_seconds=seconds)
-        return Build(self.name, config, dtype, self._launcher(function, config, dtype, resources.blocks_per_sm), resources)
-
-    def _launcher(self, function: Any, config: KernelConfig, dtype: str, blocks_per_sm: int | None):
+    def build_launcher(self, function: Any, config: KernelConfig, dtype: str, resources: Resources):
         split, block, packs = self._shape(config)
+        blocks_per_sm = resources.blocks_per_sm
         _, _, sm_count = loader.device_limits()
         resident = (blocks_per_sm or 0) * sm_count
         if split > resident:

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.base import Build, KernelConfig, cdiv
+from kernels.base import KernelConfig, Resources, cdiv
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
@@ -87,16 +87,10 @@ class LongSplitCuda(SlotWorkspace, CudaVariant):
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         return f"softmax_long_split<{CUDA_TYPE[dtype]}, {config['block']}, {config['unroll']}>"
 
-    def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
-        function, seconds = loader.get_function(self.source, self.name_expression(config, dtype), code=self.source_code())
-        block, _, _ = self._shape(config)
-        resources = loader.resources_of(function, block, 0, compile_seconds=seconds)
-        return Build(self.name, config, dtype, self._launcher(function, config, dtype, resources.blocks_per_sm), resources)
-
-    def _launcher(self, function: Any, config: KernelConfig, dtype: str, blocks_per_sm: int | None):
+    def build_launcher(self, function: Any, config: KernelConfig, dtype: str, resources: Resources):
         block, unroll, chunk = self._shape(config)
         _, _, sm_count = loader.device_limits()
-        resident = (blocks_per_sm or 0) * sm_count
+        resident = (resources.blocks_per_sm or 0) * sm_count
         if resident < 1:
             raise ValueError(f"{self.name} {config.key}: the driver reports no resident block of {block} threads")
         vec = vector_width(dtype)

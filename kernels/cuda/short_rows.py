@@ -48,7 +48,6 @@ class ShortRowsCuda(CudaVariant):
     name = "cuda_short_rows"
     seed = "beyond-seeds"
     source = "short_rows.cu"
-    dtypes = ("fp32", "fp16", "bf16")
     min_arch: ClassVar[int] = 80  # 16-byte __ldg, bf16 arithmetic conversions: sm_80 and later
     description = (
         "1..32 lanes per short row (N <= 1024), grid-stride loop over row tiles (optionally a "

@@ -25,7 +25,6 @@ class WarpRowCuda(CudaVariant):
     name = "cuda_warp_row"
     seed = "000/004"
     source = "warp_row.cu"
-    dtypes = ("fp32", "fp16", "bf16")
     description = (
         "a warp (or 1..32 lanes) per row, several rows per block, row in registers with vector "
         "loads (any N via scalar head/tail), shuffle-only MaxSum reduction, no barriers"

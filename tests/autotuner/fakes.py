@@ -14,7 +14,7 @@ from typing import Any
 
 from autotuner.tune.measure import WorkItem, failure
 from kernels import all_variants, register_variant
-from kernels.base import Build, KernelConfig, Variant
+from kernels.base import SUPPORTED, Build, KernelConfig, Support, Variant
 
 ITEM_PAUSE_ENV = "AUTOTUNER_TEST_ITEM_S"  # seconds each fake worker measurement takes
 
@@ -62,6 +62,9 @@ class FakeRows(Variant):
     """A test variant: two configs, the smaller only up to N = 4096. Never built: fake measurers answer."""
 
     name, backend, seed = "fake_rows", "test", "test"
+
+    def available(self) -> Support:  # fake measurers answer: any host, GPU or not
+        return SUPPORTED
 
     def all_configs(self) -> list[KernelConfig]:
         return [KernelConfig.of(block=128), KernelConfig.of(block=256)]
