@@ -107,6 +107,8 @@ def bench(
     output: Annotated[str, typer.Option(help="Folder for bench.csv and bench.png.")] = "bench-out",
     rounds: Annotated[int, typer.Option(min=1, max=20, help="Rounds per shape, each on fresh buffers in a "
                                         "rotated order: kernels report their median round, the copy its fastest.")] = 3,
+    max_gib: Annotated[float, typer.Option("--max-gib", min=0.001, help="Leave out input tensors over this many "
+                                           "GiB (default 2, the sweep's cap; about 4x it must fit the GPU).")] = 2.0,
     graph_launch: Annotated[bool, typer.Option("--graph-launch", help="Time each call as a CUDA-graph replay of "
                                                "it (cold or warm method): every contender reaches the GPU the same "
                                                "way, whatever its Python launch costs the host.")] = False,
@@ -116,6 +118,7 @@ def bench(
     from autotuner.report.benchrun import bench_shapes, summarize, write_csv, write_outputs
     from autotuner.report.evaluate import HELD_OUT_M, HELD_OUT_N
     from autotuner.lookup.gpu import detect_gpu
+    from kernels.base import DTYPE_BYTES
 
     check_method(method)
     if graph_launch and method == "graph":
@@ -127,7 +130,11 @@ def bench(
     ns = grids.parse_int_list(n, "--n") if n else list(default_n)
     dtypes = grids.parse_dtypes(dtype)
     named = set_shapes(shape_set, m, n, dtypes)
-    shapes = sorted(named if named is not None else grids.shapes(ms, ns, dtypes), key=lambda s: (s[2], s[0], s[1]))
+    cap = int(max_gib * 2**30)
+    chosen = named if named is not None else grids.shapes(ms, ns, dtypes, max_tensor_bytes=cap)
+    shapes = sorted(((m_, n_, d) for m_, n_, d in chosen if m_ * n_ * DTYPE_BYTES[d] <= cap), key=lambda s: (s[2], s[0], s[1]))
+    if not shapes:
+        raise UserError(f"no shape left: every one is over --max-gib {max_gib}", code=2)
     info = detect_gpu()  # after the flags: a bad flag is named even where no GPU is
     rows = bench_shapes(shapes, method, rounds=rounds, graph_launch=graph_launch,
                         progress=lambda line: console.print(line, highlight=False),

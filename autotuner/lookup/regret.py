@@ -147,10 +147,7 @@ def stencil_by_lines(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tup
             for value, weight in log_bracket(rows[line], n, log_n, logs):
                 corners.append((line, value))
                 parts.append(line_weight * weight)
-        total = sum(parts)
-        for corner, weight in zip(corners, parts):
-            if weight > 0:
-                weights[corner] = weight / total  # the first axis: nothing there yet
+        _add_normalised(weights, corners, parts)
     # along M on the columns around N
     keys = layout.col_keys if clamped else [k for k in layout.col_keys if cols[k][0] <= m <= cols[k][-1]]
     if keys:
@@ -159,15 +156,22 @@ def stencil_by_lines(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tup
             for value, weight in log_bracket(cols[line], m, log_m, logs):
                 corners.append((value, line))
                 parts.append(line_weight * weight)
-        total = sum(parts)
-        for corner, weight in zip(corners, parts):
-            if weight > 0:
-                weights[corner] = weights.get(corner, 0.0) + weight / total
+        _add_normalised(weights, corners, parts)
     total = sum(weights.values())
     if not total > 0:
         return (), []
     ordered = sorted(weights.items())
     return tuple(corner for corner, _ in ordered), [weight / total for _, weight in ordered]
+
+
+def _add_normalised(weights: dict[tuple[int, int], float], corners: list, parts: list[float]) -> None:
+    """Add one axis's weights, normalised to sum to 1 over that axis, to ``weights`` (positive ones
+    only). On the first axis ``weights`` is empty and 0.0 + w is w exactly, so the order of axes
+    changes no bit."""
+    total = sum(parts)
+    for corner, weight in zip(corners, parts):
+        if weight > 0:
+            weights[corner] = weights.get(corner, 0.0) + weight / total
 
 
 def _in_cell(cell: tuple, log_m: float, log_n: float) -> tuple[tuple[tuple[int, int], ...], list[float]]:

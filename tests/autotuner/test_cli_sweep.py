@@ -245,3 +245,11 @@ def test_bench_names_a_bad_shape_flag_before_looking_for_a_gpu(flags, named):
     result = CliRunner().invoke(app, ["bench", *flags])
     assert result.exit_code == 2, result.output
     assert named in result.output and "CUDA" not in result.output, result.output
+
+
+@pytest.mark.parametrize("flags", [["--max-gib", "0"], ["--max-gib", "0.001", "--m", "4096", "--n", "1024"]])
+def test_bench_max_gib_refuses_a_cap_that_leaves_no_shape(flags):
+    """--max-gib bounds the input tensors (default 2 GiB, the sweep's cap; larger to bench 128 x 2^24)."""
+    result = CliRunner().invoke(app, ["bench", *flags])
+    assert result.exit_code == 2, result.output
+    assert "--max-gib" in result.output and "CUDA" not in result.output, result.output

@@ -1,0 +1,62 @@
+"""Pinned source hashes (kernels/source_hash.py): comments are free to edit, code changes are not silent."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from kernels import all_variants, get_variant
+from kernels.base import hash_files
+from kernels.source_hash import code_text, content_hash, pinned_hash, pins
+
+
+def test_every_pinned_variant_still_has_the_code_of_its_pin():
+    """A failure here means a pinned variant's code changed: its recorded rows no longer describe it.
+    Retire them on purpose with `python scripts/pin_sources.py --drop NAME` (then refit)."""
+    names = {v.name for v in all_variants()}
+    assert pins(), "kernels/source_pins.json is missing or empty"
+    for name, pin in pins().items():
+        assert name in names, f"pin for unknown variant {name}"
+        variant = get_variant(name)
+        assert content_hash(variant.source_files()) == pin["content"], f"{name}: code changed since its pin"
+        assert variant.source_hash() == pin["recorded"]
+
+
+def _write(path, text):
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_docstrings_and_comments_do_not_change_the_code_hash(tmp_path):
+    before = [_write(tmp_path / "a.py", '''
+        """Module doc citing an old probe."""
+        def f(x):
+            """Doc."""
+            return x + 1  # a comment
+        '''), _write(tmp_path / "k.cu", "// note\n__global__ void k() { /* body */ int a = 1; }\n")]
+    reference = content_hash(before)
+    _write(tmp_path / "a.py", '''
+        """Reworded module doc."""
+        def f(x):
+            return x + 1
+        ''')
+    _write(tmp_path / "k.cu", "// other note\n__global__ void k() {\n    int a = 1;\n}\n")
+    assert content_hash(before) == reference
+    _write(tmp_path / "a.py", "def f(x):\n    return x + 2\n")
+    assert content_hash(before) != reference
+
+
+def test_a_string_that_is_not_a_docstring_is_code(tmp_path):
+    path = _write(tmp_path / "a.py", 'def f():\n    x = "kept"\n    return x\n')
+    assert "kept" in code_text(path)
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_pinned_hash_answers_the_recorded_hash_only_while_the_code_matches(tmp_path, monkeypatch, changed):
+    path = _write(tmp_path / "v.py", "def f():\n    return 1\n")
+    pinned = {"v": {"recorded": "r" * 16, "content": content_hash([path])}}
+    monkeypatch.setattr("kernels.source_hash.pins", lambda: pinned)
+    if changed:
+        _write(path, "def f():\n    return 2\n")
+    assert pinned_hash("v", [path]) == (None if changed else "r" * 16)
+    assert hash_files([path])  # the full-text hash a changed variant falls back to
