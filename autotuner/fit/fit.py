@@ -3,7 +3,8 @@
 For one (GPU model, dtype, timing method): take the newest "ok" time of every candidate on every shape
 (from runs of one environment: the newest, unless ``environment_id`` says otherwise), drop candidates
 that ever failed verification or faulted on this dtype (never chosen), drop rows whose source hash is
-not the variant's current source, prune candidates that never win by more than ``prune_margin``, and
+not the variant's current source, drop rows more than 3x the same candidate's time at a larger shape
+(``without_disturbed``), prune candidates that never win by more than ``prune_margin``, and
 write the table document of ``autotuner/lookup/table.py`` (lookup rule ``local-regret-clamped`` by default).
 
 Regret of a table on a shape = median time of the candidate it chooses there / the fastest median
@@ -25,6 +26,7 @@ from typing import Any, Callable, Sequence
 from sqlalchemy.orm import Session
 
 from autotuner.tune.measure import QUICK_REPS, VariantConfig
+from autotuner.tune.retime import slower_than_larger
 from autotuner.lookup.table import DEFAULT_RULE, FORMAT_VERSION, DispatchTable
 from db import queries
 
@@ -273,9 +275,21 @@ def fit_inputs(session: Session, gpu_key: str, dtype: str, timing_method: str = 
             return False
 
     observations, banned, runs = select_observations(rows, current_hash, any_source, include)
+    observations = without_disturbed(observations)
     if not observations:
         raise FitError(f"no verified measurements of {gpu_key}/{dtype} with timing method {timing_method!r}")
     return FitInputs(gpu, observations, banned, runs, environment_id, constraints, requirements)
+
+
+def without_disturbed(observations: Sequence[Observation]) -> list[Observation]:
+    """``observations`` less those more than 3x the same candidate's time at a larger shape
+    (``retime.slower_than_larger``): a timing disturbed for its whole duration, which would make the
+    table pick or price from it; ``sweep --retime-unstable`` measures them again."""
+    series: dict[tuple[str, str], list[tuple[int, int, float]]] = {}
+    for o in observations:
+        series.setdefault((o.variant, o.config_key), []).append((o.m, o.n, o.median_us))
+    disturbed = {(*key, m, n) for key, points in series.items() for m, n in slower_than_larger(points)}
+    return [o for o in observations if (o.variant, o.config_key, o.m, o.n) not in disturbed]
 
 
 def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,

@@ -11,6 +11,7 @@ A key with a failed row (wrong, fault, ...) is never retimed: the failure stands
 """
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from autotuner.tune.timing import is_unstable
@@ -35,8 +36,15 @@ def retime_keys(rows: Iterable[tuple], spread: float) -> set[Key]:
     for (candidate_id, m, n, dtype), (median, _, _) in best.items():
         by_series.setdefault((candidate_id, dtype), []).append((m, n, median))
     for (candidate_id, dtype), points in by_series.items():
-        for m, n, median in points:
-            larger = [t for m2, n2, t in points if m2 >= m and n2 >= n and (m2, n2) != (m, n)]
-            if larger and median > SLOWER_THAN_LARGER * min(larger):
-                flagged.add((candidate_id, m, n, dtype))
+        flagged |= {(candidate_id, m, n, dtype) for m, n in slower_than_larger(points)}
     return flagged - failed
+
+
+def slower_than_larger(points: Iterable[tuple[int, int, float]]) -> set[tuple[int, int]]:
+    """The shapes (m, n) of one candidate's series of (m, n, time) whose time is more than
+    ``SLOWER_THAN_LARGER`` x its best time at a larger shape (M' >= M, N' >= N, not the same): a
+    timing disturbed for its whole duration (the monotonicity sign above; the fit leaves them out)."""
+    points = list(points)
+    return {(m, n) for m, n, t in points
+            if t > SLOWER_THAN_LARGER * min((t2 for m2, n2, t2 in points if m2 >= m and n2 >= n and (m2, n2) != (m, n)),
+                                            default=math.inf)}

@@ -92,3 +92,17 @@ def test_choices_that_had_only_a_quick_estimate_are_counted():
 def test_one_shape_has_no_cross_validated_regret():
     regret = leave_one_out_regret(observations({(1, 1024): {"P": 1.0}}), no_constraints)
     assert regret["shapes"] == 0 and regret["geomean"] is None
+
+
+def test_a_row_three_times_slower_than_the_same_candidate_on_more_work_is_left_out_of_the_fit():
+    """The H100 recording holds cuda_cluster_split at fp16 4x47237: 79.8 us (a 5-repetition quick
+    estimate, disturbed), where 3x50257 took 6.2 us; the table priced 4x47240 at 79.6 us from it."""
+    from autotuner.fit.fit import without_disturbed
+
+    rows = [Observation("v", "a=1", {"a": 1}, 4, 47237, 79.8), Observation("v", "a=1", {"a": 1}, 4, 65536, 8.0),
+            Observation("v", "a=1", {"a": 1}, 1, 32000, 5.0), Observation("w", "b=1", {"b": 1}, 4, 47237, 6.2),
+            Observation("w", "b=1", {"b": 1}, 4, 65536, 7.0)]
+    kept = without_disturbed(rows)
+    assert [(o.variant, o.m, o.n) for o in kept] == [("v", 4, 65536), ("v", 1, 32000), ("w", 4, 47237), ("w", 4, 65536)]
+    # slower than a larger shape, but within 3x: kept (odd N and waves move times that much)
+    assert len(without_disturbed([Observation("v", "a=1", {"a": 1}, 4, 47237, 23.9), rows[1]])) == 2
