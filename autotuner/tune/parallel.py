@@ -102,7 +102,12 @@ class SharedWorkList:
 
     def fill(self, shapes: Sequence[Shape]) -> list[int]:
         """Free what dead processes of this host held, mark their runs interrupted, then list
-        ``shapes``; returns the runs found dead."""
+        ``shapes``; returns the runs found dead. A new plan starts here (a strategy's next round), so
+        the entries this run passed over for want of a plan are claimable again: without that, a
+        resumed domain sweep passed over the pending shapes of the round its first run was stopped in
+        while it replayed the earlier, finished rounds, and then skipped them in their own round."""
+        with self._lock:
+            self._foreign.clear()
         def reap(session):  # noqa: ANN001, ANN202
             dead = set(worklist.release_dead_local_claims(session, self.host, process_alive))
             dead.update(worklist.dead_local_runs(session, self.host, process_alive))

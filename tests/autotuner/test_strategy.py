@@ -257,6 +257,26 @@ def test_resumed_strategy_sweep_repeats_no_item_and_ends_as_one_run_would(tmp_pa
     assert first_ids | second_ids == {item.identity for item in whole.calls}
 
 
+def test_a_sweep_stopped_inside_a_refinement_round_is_finished_by_its_rerun(tmp_path, recorded):
+    """The first run stops a few items into round 1, leaving its shapes pending on the work list; the
+    rerun replays round 0 (all measured) before reaching round 1, and must still measure all of it
+    (on the H100, 2026-11-25, a resumed domain sweep skipped the rest of its round 2: 10,068 items)."""
+    candidates, plan_items = replay_plan(recorded)
+    whole = ReplayMeasurer(recorded)
+    run_strategy(new_sweep(tmp_path / "whole.sqlite", candidates), whole, replay_strategy(), plan_items)
+    coarse_items = len(plan_items(replay_strategy().coarse))
+    db = tmp_path / "resumed.sqlite"
+    first = ReplayMeasurer(recorded)
+    run_strategy(new_sweep(db, candidates), first, replay_strategy(), plan_items,
+                 should_stop=lambda: len(first.calls) >= coarse_items + 3)
+    assert len(first.calls) < len(whole.calls)
+    second = ReplayMeasurer(recorded)
+    run_strategy(new_sweep(db, candidates), second, replay_strategy(), plan_items)
+    measured = [item.identity for item in first.calls + second.calls]
+    assert len(measured) == len(set(measured))
+    assert set(measured) == {item.identity for item in whole.calls}
+
+
 def test_fixed_grid_asks_its_shapes_once():
     grid = FixedGrid([(1, 1024, "fp32"), (4, 1024, "fp32")])
     assert grid.next_shapes({}) == [(1, 1024, "fp32"), (4, 1024, "fp32")]

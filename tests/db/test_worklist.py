@@ -184,3 +184,20 @@ def test_a_killed_local_run_without_claims_is_marked_interrupted(engine):
     assert SharedWorkList(engine, KEY, run_id=None).fill([]) == [killed]
     with Session(engine) as session:
         assert [session.get(SweepRun, r).status for r in (killed, alive, elsewhere)] == ["interrupted", "running", "running"]
+
+
+def test_a_new_plan_can_claim_the_entries_an_earlier_plan_passed_over(engine):
+    """A resumed domain sweep replays its finished rounds first: claiming for round 0's plan passes over
+    the pending shapes of round 2, left by the stopped run. Round 2's fill must make them claimable for
+    this run again (they were skipped, and the run ended "finished" with 10,068 items unmeasured)."""
+    round_2 = SHAPES[4:8]
+    fill(engine, round_2)  # left pending by the run that was stopped
+    work = SharedWorkList(engine, KEY, run_id=None)
+    work.fill([])  # round 0 of the resumed run: everything measured, nothing to list
+    assert work.claim(0, planned=lambda shape: False) is None  # passes over round 2's entries
+    work.fill(round_2)  # round 2 of the resumed run
+    taken = []
+    while (shape := work.claim(0, planned=round_2.__contains__)) is not None:
+        work.finish(0, shape)
+        taken.append(shape)
+    assert sorted(taken) == sorted(round_2)
