@@ -205,7 +205,7 @@ def sweep(
             what = "coarse lattice" if kind == "domain" and round_number == 0 else (
                 f"refinement round {round_number}" if kind == "domain" else "grid")
             progress.console.print(f"{what}: {shapes} shapes, {len(items)} items; "
-                                   f"{describe_estimate(estimate_seconds(items), len(items), len(device_list))}",
+                                   f"{describe_estimate(estimate_seconds(items, kind), len(items), len(device_list))}",
                                    highlight=False)
             progress.grow(len(items))
 

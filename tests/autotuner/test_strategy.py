@@ -9,6 +9,7 @@ import json
 import math
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -117,9 +118,14 @@ def test_coarse_lattice_holds_odd_sizes_and_is_log_spaced():
         assert all(2 <= r <= 32 for r in ratios), ratios
 
 
-def test_item_cost_model_matches_the_recorded_h100_sweep():
-    """The per-item wall time the estimate uses is what the recording's commit times give."""
-    document = json.load(gzip.open(H100_SWEEP, "rt"))
+@pytest.mark.parametrize("recording, fixed_s, per_gib_s", [
+    (H100_SWEEP, sampling.ITEM_SECONDS, sampling.ITEM_SECONDS_PER_GIB),
+    (H100_SWEEP.with_name("h100_domain.json.gz"), sampling.DOMAIN_ITEM_SECONDS, sampling.DOMAIN_ITEM_SECONDS_PER_GIB),
+])
+def test_item_cost_model_matches_the_recorded_h100_sweep(recording, fixed_s, per_gib_s):
+    """The per-item wall time the estimate uses is what the recording's commit times give (the classic
+    grid's sweeps; the default domain sweep's)."""
+    document = json.load(gzip.open(recording, "rt"))
     sizes, gaps = [], []
     for run in document["runs"]:
         rows = sorted((r["created_at"], r["m"] * r["n"] * DTYPE_BYTES[r["dtype"]]) for r in run["measurements"])
@@ -131,15 +137,26 @@ def test_item_cost_model_matches_the_recorded_h100_sweep():
             gaps.append((stamps[k] - stamps[k - 1]).total_seconds())
     a = np.vstack([np.ones(len(sizes)), sizes]).T
     fixed, per_gib = np.linalg.lstsq(a, np.array(gaps), rcond=None)[0]
-    assert fixed == pytest.approx(sampling.ITEM_SECONDS, rel=0.02)
-    assert per_gib == pytest.approx(sampling.ITEM_SECONDS_PER_GIB, rel=0.02)
+    assert fixed == pytest.approx(fixed_s, rel=0.02)
+    assert per_gib == pytest.approx(per_gib_s, rel=0.02)
+
+
+def test_the_domain_estimate_is_within_15_percent_of_the_recorded_default_sweep():
+    """Its items priced by the domain model against the wall time the two runs took (their timestamps)."""
+    document = json.load(gzip.open(H100_SWEEP.with_name("h100_domain.json.gz"), "rt"))
+    items = [SimpleNamespace(m=r["m"], n=r["n"], dtype=r["dtype"]) for run in document["runs"]
+             for r in run["measurements"] + run["copy_references"]]
+    took = sum((datetime.datetime.fromisoformat(run["finished_at"].rstrip("Z"))
+                - datetime.datetime.fromisoformat(run["started_at"].rstrip("Z"))).total_seconds()
+               for run in document["runs"])
+    assert sampling.estimate_seconds(items, "domain") == pytest.approx(took, rel=0.15)
 
 
 def test_default_domain_sweep_is_estimated_within_30_minutes_with_margin():
     """The coarse lattice (every registered variant, 3 dtypes) is estimated well inside the default budget,
     which bounds the whole sweep (refinement included) at 25 of the 30 minutes allowed."""
     _, items = plan(all_variants(), sampling.coarse_shapes())
-    coarse_s = sampling.estimate_seconds(items)
+    coarse_s = sampling.estimate_seconds(items, "domain")
     assert coarse_s <= 0.75 * sampling.DEFAULT_DOMAIN_BUDGET_S, coarse_s / 60
     assert sampling.DEFAULT_DOMAIN_BUDGET_S <= 25 * 60
 
