@@ -230,7 +230,15 @@ class Variant(ABC):
         files = self.source_files()
         if not files:
             return hash_text(self.name)
-        return pinned_hash(self.name, files) or hash_files(files)
+        # kept while the files are unchanged (path, mtime, size): sweep plans, every_candidate and
+        # status ask once per config or per table candidate, and a pinned hash parses the sources
+        stamp = tuple((str(p), stat.st_mtime_ns, stat.st_size) for p in files for stat in [Path(p).stat()])
+        kept = getattr(self, "_source_hash_kept", None)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        digest = pinned_hash(self.name, files) or hash_files(files)
+        self._source_hash_kept = (stamp, digest)
+        return digest
 
     def source_files(self) -> list[Path]:
         return []

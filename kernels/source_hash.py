@@ -17,8 +17,6 @@ code change is a decision to retire its rows (drop the pin), never an accident. 
 """
 from __future__ import annotations
 
-import ast
-import hashlib
 import json
 import re
 from functools import lru_cache
@@ -30,6 +28,8 @@ _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 def hash_text(*parts: str) -> str:
+    import hashlib  # here, not at the top: kernels.base imports this module on select_kernel's path
+
     digest = hashlib.sha256()
     for part in parts:
         digest.update(part.encode())
@@ -47,6 +47,8 @@ def code_text(path: Path) -> str:
     text without ``//`` and ``/* */`` comments, runs of whitespace as one space."""
     text = Path(path).read_text()
     if Path(path).suffix == ".py":
+        import ast  # here: the lookup path imports this module and never hashes
+
         tree = ast.parse(text)
         for node in ast.walk(tree):
             body = getattr(node, "body", None)

@@ -60,3 +60,30 @@ def test_pinned_hash_answers_the_recorded_hash_only_while_the_code_matches(tmp_p
         _write(path, "def f():\n    return 2\n")
     assert pinned_hash("v", [path]) == (None if changed else "r" * 16)
     assert hash_files([path])  # the full-text hash a changed variant falls back to
+
+
+def test_source_hash_is_worked_out_once_while_the_files_stay_the_same(tmp_path, monkeypatch):
+    """Sweep plans ask once per config; the hash is kept until a source file changes (mtime, size)."""
+    from kernels.base import Variant
+
+    source = _write(tmp_path / "k.py", "def f():\n    return 1\n")
+
+    class Probe(Variant):
+        name, backend = "probe_variant", "torch"
+
+        def all_configs(self):
+            return []
+
+        def build(self, config, dtype, n):
+            raise NotImplementedError
+
+        def source_files(self):
+            return [source]
+
+    calls = []
+    monkeypatch.setattr("kernels.base.hash_files", lambda paths: calls.append(paths) or hash_files(paths))
+    probe = Probe()
+    first = probe.source_hash()
+    assert probe.source_hash() == first and len(calls) == 1
+    _write(source, "def f():\n    return 12\n")  # one byte longer: a new size whatever the clock
+    assert probe.source_hash() != first and len(calls) == 2
