@@ -118,7 +118,7 @@ def bench(
     from autotuner.report.benchrun import bench_shapes, summarize, write_csv, write_outputs
     from autotuner.report.evaluate import HELD_OUT_M, HELD_OUT_N
     from autotuner.lookup.gpu import detect_gpu
-    from kernels.base import DTYPE_BYTES
+    from autotuner.report.heldout import tensor_bytes
 
     check_method(method)
     if graph_launch and method == "graph":
@@ -131,8 +131,11 @@ def bench(
     dtypes = grids.parse_dtypes(dtype)
     named = set_shapes(shape_set, m, n, dtypes)
     cap = int(max_gib * 2**30)
-    chosen = named if named is not None else grids.shapes(ms, ns, dtypes, max_tensor_bytes=cap)
-    shapes = sorted(((m_, n_, d) for m_, n_, d in chosen if m_ * n_ * DTYPE_BYTES[d] <= cap), key=lambda s: (s[2], s[0], s[1]))
+    if named is not None:  # a named set's shapes are fixed; the cap still applies to them
+        chosen = [(m_, n_, d) for m_, n_, d in named if tensor_bytes(m_, n_, d) <= cap]
+    else:
+        chosen = grids.shapes(ms, ns, dtypes, max_tensor_bytes=cap)
+    shapes = sorted(chosen, key=lambda s: (s[2], s[0], s[1]))
     if not shapes:
         raise UserError(f"no shape left: every one is over --max-gib {max_gib}", code=2)
     info = detect_gpu()  # after the flags: a bad flag is named even where no GPU is
