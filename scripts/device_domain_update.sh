@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the lent GPU (through scripts/device_run.sh): optionally the GPU suite, then the default domain sweep
-# (`autotuner sweep`, --grid domain) on top of every committed H100 recording (the classic grid, the
-# short-row and long-row sweeps, the domain sweep), so that it measures only what they lack (new configs,
+# (`autotuner sweep`, --grid domain) on top of every H100 recording the shipped tables are fitted from
+# (bench/data/sources.json's "recordings"), so that it measures only what they lack (new configs,
 # new refinement points), within SWEEP_BUDGET; then the H100 tables fitted from all of it, stored in the
 # database (AUTOTUNER_DB=/tmp/h100_domain.sqlite makes later commands on the same warm machine use them)
 # and written to $OUT/tables. Outputs in $OUT: gpu_tests.log (TESTS_TIMEOUT > 0 only), domain_sweep.log,
@@ -20,8 +20,7 @@ if [ "${TESTS_TIMEOUT:-0}" -gt 0 ]; then
 fi
 db=/tmp/h100_domain.sqlite
 rm -f "$db"
-for f in tests/data/h100_sweep.json.gz bench/data/short_rows_h100.json.gz bench/data/long_rows_h100.json.gz \
-         tests/data/h100_domain.json.gz; do
+for f in $(python -c "import json; print(' '.join(json.load(open('bench/data/sources.json'))['h100']['recordings']))"); do  # the shipped tables' recordings
   python -m autotuner import "$f" --db "$db" | tail -n 1
 done
 first_new_run=$(python -c "import sqlite3; print(sqlite3.connect('$db').execute('select coalesce(max(id),0)+1 from sweep_runs').fetchone()[0])")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the lent GPU, after scripts/device_cute_setup.sh's two calls (so that QuACK is a peer): every
-# committed H100 recording imported into one database, COVER_ARGS (if set) swept on top with
+# On the lent GPU, after scripts/device_cute_setup.sh's two calls (so that QuACK is a peer): the H100
+# recordings the shipped tables are fitted from (bench/data/sources.json's "recordings") imported into
+# one database, COVER_ARGS (if set) swept on top with
 # `autotuner sweep` (e.g. new configs at shapes the recordings lack), the H100 tables fitted into that
 # database (AUTOTUNER_DB points the lookup at them) and written to $OUT/tables, then `autotuner bench`
 # through scripts/device_bench_peers.sh for each "TAG:DTYPES:ARGS" entry of BENCHES (';'-separated).
@@ -14,8 +15,7 @@ db=/tmp/h100_refit.sqlite
 if [ "${REUSE_DB:-0}" != 1 ]; then
   {
     rm -f "$db"
-    for f in tests/data/h100_sweep.json.gz bench/data/short_rows_h100.json.gz bench/data/long_rows_h100.json.gz \
-             tests/data/h100_domain.json.gz tests/data/h100_domain_configs.json.gz; do
+    for f in $(python -c "import json; print(' '.join(json.load(open('bench/data/sources.json'))['h100']['recordings']))"); do  # the shipped tables' recordings
       python -m autotuner import "$f" --db "$db" | tail -n 1
     done
     if [ -n "${COVER_ARGS:-}" ]; then

@@ -23,7 +23,7 @@ odd_m_budget=${ODD_M_BUDGET:-$([ "$gpu" = h100 ] && echo 60 || echo 0)}
 recopy=$([ "${RECOPY:-1}" = 0 ] || echo --recopy)
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-grid_db=/tmp/${gpu}_grid.sqlite  # device_refit_and_bench.sh reads /tmp/h100_grid.sqlite
+grid_db=/tmp/${gpu}_grid.sqlite
 held_db=/tmp/${gpu}_heldout.sqlite
 rm -f "$grid_db" "$held_db"
 python -m autotuner import tests/data/${gpu}_sweep.json.gz --db "$grid_db"
