@@ -1,5 +1,5 @@
 """Recording of kernel launches, shared by the CUDA (``kernels.cuda.loader``) and Triton
-(``kernels.triton_impl.common``) launch layers.
+(``kernels.triton_impl.launch``) launch layers.
 
 ``recording(calls)`` makes every launch of the calling thread append a record to ``calls``: the
 layer's replayable launch object (``CudaLaunch``, ``TritonLaunch``), or None for a launch that went

@@ -168,7 +168,7 @@ def run_case(label: str, m: int, n: int, dtype: str, forced: str | None, rounds:
     from autotuner import runtime, select_kernel
     from kernels.cuda.loader import CudaLaunch
     from kernels.reference import check_softmax, random_input
-    from kernels.triton_impl.common import TritonLaunch
+    from kernels.triton_impl.launch import TritonLaunch
 
     x = random_input(m, n, dtype)
     device = x.get_device()
@@ -246,13 +246,13 @@ def piece_costs() -> dict:
     import torch
 
     from autotuner import runtime
-    from kernels.triton_impl import common
+    from kernels.triton_impl import launch as triton_launch
 
     x = torch.randn(4, 4096, device="cuda")
     key = (x.get_device(), x.shape, x.dtype)
     plans = runtime._plans
     get_device, raw_stream = torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream
-    common._hooks_idle()
+    triton_launch._hooks_idle()
     pieces = {
         "torch.empty_like(x) [cuda]": lambda: torch.empty_like(x),
         "runtime._is_compiling()": runtime._is_compiling,
@@ -266,7 +266,7 @@ def piece_costs() -> dict:
         "torch._C._cuda_getDevice()": get_device,
         "torch._C._cuda_getCurrentRawStream(0)": lambda: raw_stream(0),
         "torch.cuda.current_device()": torch.cuda.current_device,
-        "triton hooks_idle()": common._hooks_idle,
+        "triton hooks_idle()": triton_launch._hooks_idle,
         "from autotuner.runtime import softmax (per call in autotuner.softmax)": _import_statement,
     }
     figures = {}

@@ -25,15 +25,9 @@ import triton
 import triton.language as tl
 
 from kernels.base import DTYPE_BYTES, Build, KernelConfig, next_power_of_two
-from kernels.triton_impl.common import (
-    TritonVariant,
-    config_options,
-    interpreting,
-    launcher_for,
-    probe_tensor,
-    resources_of,
-    sm_count,
-)
+from kernels.triton_impl.common import TritonVariant, config_options
+from kernels.triton_impl.device import interpreting, probe_tensor, resources_of, sm_count
+from kernels.triton_impl.launch import launcher_for
 from kernels.triton_impl.tiles import LOG2E
 
 WARP_CHOICES = (1, 2, 4, 8, 16, 32)

@@ -19,8 +19,9 @@ import triton
 import triton.language as tl
 
 from kernels.base import Build, KernelConfig, next_power_of_two
-from kernels.triton_impl.common import Launcher, interpreting, probe_tensor, resources_of
+from kernels.triton_impl.device import interpreting, probe_tensor, resources_of
 from kernels.triton_impl.fused_row import WARP_CHOICES, TritonFusedRow
+from kernels.triton_impl.launch import Launcher
 from kernels.triton_impl.tiles import LOG2E
 
 MAX_GRID_X = 2**31 - 1  # a launch's grid x limit: one program per row

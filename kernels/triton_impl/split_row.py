@@ -23,15 +23,9 @@ import triton
 import triton.language as tl
 
 from kernels.base import Build, KernelConfig, cdiv, next_power_of_two
-from kernels.triton_impl.common import (
-    TritonVariant,
-    config_options,
-    interpreting,
-    launcher_for,
-    probe_tensor,
-    resources_of,
-    sm_count,
-)
+from kernels.triton_impl.common import TritonVariant, config_options
+from kernels.triton_impl.device import interpreting, probe_tensor, resources_of, sm_count
+from kernels.triton_impl.launch import launcher_for
 from kernels.triton_impl.tiles import NEG_BIG, merge_lanes, row_window, window_normalize, window_online
 
 M_MAX = 512  # beyond this one program per row fills the GPU: the row variants serve it

@@ -189,12 +189,12 @@ class _FakeJit:
 @pytest.fixture
 def fake_cuda_context(monkeypatch):
     """Device 0 current, its current stream 0x5EED: what the fast path asks torch for."""
-    from kernels.triton_impl import common
+    from kernels.triton_impl import launch
 
-    monkeypatch.setattr(common, "_current_device", lambda: 0)
-    monkeypatch.setattr(common, "_raw_stream", lambda index: 0x5EED + index)
-    monkeypatch.setattr(common, "_hooks_idle", lambda: True)
-    return common
+    monkeypatch.setattr(launch, "_current_device", lambda: 0)
+    monkeypatch.setattr(launch, "_raw_stream", lambda index: 0x5EED + index)
+    monkeypatch.setattr(launch, "_hooks_idle", lambda: True)
+    return launch
 
 
 def test_launcher_relaunches_through_the_compiled_kernel_with_every_argument(fake_cuda_context):
@@ -204,7 +204,7 @@ def test_launcher_relaunches_through_the_compiled_kernel_with_every_argument(fak
     class goes through the JIT again. M (do_not_specialize) does not."""
     import torch
 
-    from kernels.triton_impl.common import Launcher
+    from kernels.triton_impl.launch import Launcher
 
     fn = _FakeJit()
     launcher = Launcher(fn, ("BLOCK", "STAGES"), {"num_warps": 4, "num_stages": 1}, plain=("M",))
@@ -224,7 +224,7 @@ def test_launcher_relaunches_through_the_compiled_kernel_with_every_argument(fak
 def test_launcher_calls_registered_launch_hooks_through_the_compiled_kernel(fake_cuda_context, monkeypatch):
     import torch
 
-    from kernels.triton_impl.common import Launcher
+    from kernels.triton_impl.launch import Launcher
 
     fn = _FakeJit()
     launcher = Launcher(fn, ("BLOCK", "STAGES"), {"num_warps": 4, "num_stages": 1}, plain=("M",))
@@ -239,7 +239,8 @@ def test_launcher_calls_registered_launch_hooks_through_the_compiled_kernel(fake
 def test_launcher_keys_per_device_and_records_replayable_launches(fake_cuda_context, monkeypatch):
     import torch
 
-    from kernels.triton_impl.common import Launcher, recording
+    from kernels.launch_record import recording
+    from kernels.triton_impl.launch import Launcher
 
     fn = _FakeJit()
     launcher = Launcher(fn, ("BLOCK", "STAGES"), {"num_warps": 4, "num_stages": 1}, plain=("M",))
@@ -275,7 +276,7 @@ def test_launcher_keys_per_device_and_records_replayable_launches(fake_cuda_cont
 def test_launcher_without_direct_launch_always_goes_through_the_jit(fake_cuda_context, monkeypatch):
     import torch
 
-    from kernels.triton_impl.common import DIRECT_LAUNCH_ENV, Launcher
+    from kernels.triton_impl.launch import DIRECT_LAUNCH_ENV, Launcher
 
     monkeypatch.setenv(DIRECT_LAUNCH_ENV, "0")
     fn = _FakeJit()
@@ -294,7 +295,7 @@ def test_generated_binder_is_never_coarser_than_the_specialisation_key():
 
     import torch
 
-    from kernels.triton_impl.common import _make_binder, _spec_key
+    from kernels.triton_impl.launch import _make_binder, _spec_key
 
     names, plain = ["x_ptr", "y_ptr", "M", "N"], frozenset({2})
     bind = _make_binder(names, plain)

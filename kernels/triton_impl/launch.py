@@ -1,0 +1,337 @@
+"""Launching the Triton variants' jit kernels: a launcher per jit kernel with its compile cache,
+and the record of a launch that a runtime plan replays (``TritonLaunch``, recorded through
+``kernels.launch_record``).
+
+Launch cost matters here: small softmaxes take about 5 us on the GPU, and the JIT entry point
+(``kernel[grid](...)``) spends microseconds binding and hashing arguments on every call. ``Launcher``
+therefore keeps the ``CompiledKernel`` handles that the JIT returns, keyed by everything Triton
+specialises a launch on (dtype and 16-byte alignment of every pointer; ``== 1``, ``% 16`` and 32-bit
+range of every integer; the constexpr values), and launches through the handle directly when the key
+was seen before. A key never seen goes through the JIT once, which compiles if needed and launches.
+
+Under ``TRITON_INTERPRET=1`` (CPU tests) the jit functions are interpreted: launches always go
+through ``kernel[grid](...)``. Host plumbing, as ``kernels/cuda/launch.py`` is for the CUDA variants:
+not part of a variant's source hash (``common.TritonVariant.source_files``).
+"""
+from __future__ import annotations
+
+import os
+import time
+from functools import lru_cache
+from typing import Any, Sequence
+
+from kernels.launch_record import tap, taps
+from kernels.triton_impl.device import interpreting
+
+_INT32 = (-(2**31), 2**31)
+# Set to 0 to launch through Triton's JIT entry point every time (slower; a fallback should the
+# compiled-kernel launch ever disagree with a Triton version).
+DIRECT_LAUNCH_ENV = "AUTOTUNER_TRITON_DIRECT_LAUNCH"
+
+
+def _is_interpreted(fn: Any) -> bool:
+    """Whether ``triton.jit`` made ``fn`` for the interpreter (TRITON_INTERPRET=1 at import)."""
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
+        return interpreting()
+    return isinstance(fn, InterpretedFunction)
+
+
+@lru_cache(maxsize=1)
+def _compiled_launch_takes_every_argument() -> bool:
+    """Since Triton 3.2 a ``CompiledKernel`` is launched with every argument, constexprs included,
+    as the JIT does (and the fused-softmax tutorial); older versions want the non-constexpr ones
+    only. There, this module keeps to the JIT entry point."""
+    import triton
+
+    major, minor = (int(part) for part in triton.__version__.split(".")[:2])
+    return (major, minor) >= (3, 2)
+
+
+def _spec_key(args: Sequence[Any], plain: frozenset[int]) -> tuple:
+    """Everything Triton specialises a launch on, for the runtime arguments ``args``: the plain
+    statement of what ``_make_binder`` generates per kernel (tests hold the two against each other).
+
+    Tensors: dtype, device and 16-byte alignment of the data pointer. Integers: 32-bit range and,
+    unless the kernel marks them ``do_not_specialize`` (indices in ``plain``), ``== 1`` and
+    ``% 16 == 0``. The key may be finer than Triton's own; it must never be coarser.
+    """
+    key: list[Any] = []
+    for index, arg in enumerate(args):
+        if isinstance(arg, int):
+            in32 = _INT32[0] <= arg < _INT32[1]
+            key.append(in32 if index in plain else (in32, arg == 1, arg % 16 == 0))
+        elif hasattr(arg, "data_ptr"):
+            key.append((arg.dtype, arg.get_device(), arg.data_ptr() % 16 == 0))
+        else:
+            key.append(arg)
+    return tuple(key)
+
+
+def _make_binder(names: Sequence[str], plain: frozenset[int]) -> Any:
+    """``bind(device, args, consts) -> (key, values)`` for a kernel whose runtime parameters are
+    ``names``: parameters named ``*_ptr`` are tensors, the others ints. ``values`` are the arguments
+    with each tensor replaced by its data pointer (Triton's launcher takes an int as is, where a
+    tensor costs a ``data_ptr()`` call and a driver query per launch); ``key`` holds everything
+    Triton specialises on (see ``_spec_key``) plus the device and the constexpr values.
+
+    Generated as straight-line code (one function per kernel signature), as Triton generates its
+    own binder: a loop over the arguments costs several times more per launch."""
+    lines, key, values = [], ["device", "consts"], []
+    for index, name in enumerate(names):
+        arg = f"a{index}"
+        if name.endswith("_ptr"):
+            lines.append(f"    p{index} = {arg}.data_ptr()")
+            key += [f"{arg}.dtype", f"not p{index} & 15"]
+            values.append(f"p{index}")
+        else:
+            in32 = f"-2147483648 <= {arg} < 2147483648"
+            key += [in32] if index in plain else [in32, f"{arg} == 1", f"not {arg} & 15"]
+            values.append(arg)
+    unpack = f"    {', '.join(f'a{i}' for i in range(len(names)))}, = args" if names else ""
+    source = "\n".join([
+        "def bind(device, args, consts):",
+        unpack,
+        *lines,
+        f"    return ({', '.join(key)},), ({''.join(v + ', ' for v in values)})",
+    ])
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<triton binder {','.join(names)}>", "exec"), namespace)  # noqa: S102
+    return namespace["bind"]
+
+
+def _bind_torch() -> None:
+    """Resolve torch's current-device and raw current-stream getters once (first launch)."""
+    global _current_device, _raw_stream
+    import torch
+
+    get_device = getattr(torch._C, "_cuda_getDevice", None)
+    _current_device = get_device if get_device is not None else torch.cuda.current_device
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    _raw_stream = raw if raw is not None else (lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
+def hooks_idle_check() -> tuple[str, dict[str, Any]]:
+    """A Python expression that is true while no launch hook is registered with Triton, and the
+    names it uses (for generated code). Hooks default to None, or to an empty ``HookChain`` since
+    Triton 3.4; anything else counts as a registered hook."""
+    try:
+        from triton import knobs
+
+        runtime = knobs.runtime
+        enter = runtime.launch_enter_hook
+        runtime.launch_exit_hook  # noqa: B018 (present in this version?)
+    except (ImportError, AttributeError):
+        return "True", {}
+    if not hasattr(enter, "calls"):
+        return "(_knobs_runtime.launch_enter_hook is None and _knobs_runtime.launch_exit_hook is None)", {
+            "_knobs_runtime": runtime}
+    names = {"_knobs_runtime": runtime, "_HookChain": type(enter)}
+    return ("(type(_knobs_runtime.launch_enter_hook) is _HookChain and not _knobs_runtime.launch_enter_hook.calls"
+            " and type(_knobs_runtime.launch_exit_hook) is _HookChain and not _knobs_runtime.launch_exit_hook.calls)",
+            names)
+
+
+def _make_hooks_idle() -> Any:
+    """``hooks_idle() -> bool``: no launch hook is registered (see ``hooks_idle_check``); then the
+    fast path skips them and the launch-metadata object they would be given."""
+    expression, names = hooks_idle_check()
+    return eval(f"lambda: {expression}", dict(names))  # noqa: S307 (our own expression)
+
+
+def _hooks_idle_first() -> bool:
+    global _hooks_idle
+    _hooks_idle = _make_hooks_idle()
+    return _hooks_idle()
+
+
+_hooks_idle: Any = _hooks_idle_first
+
+
+def _current_device_first() -> int:
+    _bind_torch()
+    return _current_device()
+
+
+def _raw_stream_first(index: int) -> int:
+    _bind_torch()
+    return _raw_stream(index)
+
+
+_current_device: Any = _current_device_first
+_raw_stream: Any = _raw_stream_first
+
+
+class Launcher:
+    """One jit kernel with fixed launch options. Its constexpr parameters must come last in the
+    signature, in the order ``const_names`` lists them; the launch passes their values positionally
+    to the compiled kernel, as Triton's own JIT path does. Runtime parameters named ``*_ptr`` take
+    tensors, the others ints.
+
+    Fast path (``direct``): the key of ``_make_binder`` finds the ``CompiledKernel`` kept from an
+    earlier launch, and the launch goes to its ``run`` (Triton's C launcher) with the raw current
+    stream, pointers as ints, and no launch-metadata object while no launch hook is registered;
+    with a hook registered it goes through ``kernel[grid](...)``, which calls the hooks. A key not
+    seen yet goes through the JIT once, which compiles if needed and launches."""
+
+    def __init__(
+        self, fn: Any, const_names: Sequence[str], options: dict[str, int], plain: Sequence[str] = ()
+    ):
+        names = list(fn.arg_names)
+        if names[len(names) - len(const_names):] != list(const_names):
+            raise ValueError(f"{fn.__name__}: constexprs {const_names} must close the signature {names}")
+        self.fn = fn
+        self.const_names = tuple(const_names)
+        self.options = dict(options)
+        self.plain = frozenset(names.index(name) for name in plain)
+        self.runtime_names = tuple(names[: len(names) - len(const_names)])
+        self._bind = _make_binder(self.runtime_names, self.plain)
+        # key -> (run, function, packed metadata, CompiledKernel)
+        self.compiled: dict[tuple, tuple] = {}
+        self.direct = (
+            not _is_interpreted(fn)
+            and _compiled_launch_takes_every_argument()
+            and os.environ.get(DIRECT_LAUNCH_ENV, "1") != "0"
+        )
+
+    def _kwargs(self, consts: Sequence[Any]) -> dict[str, Any]:
+        return {**dict(zip(self.const_names, consts)), **self.options}
+
+    @staticmethod
+    def _entry(kernel: Any) -> tuple:
+        """What a launch through the kept kernel needs, read once: (run, function, metadata, kernel).
+        ``run`` is None where the kernel lacks these (an older Triton): it is launched as kernel[grid]."""
+        try:
+            return kernel.run, kernel.function, kernel.packed_metadata, kernel
+        except AttributeError:
+            return None, None, None, kernel
+
+    def __call__(self, grid: tuple[int, ...], args: Sequence[Any], consts: Sequence[Any]) -> None:
+        """Enqueue on torch's current stream."""
+        if not self.direct:
+            self.fn[(*grid, 1, 1)[:3]](*args, **self._kwargs(consts))
+            if taps:
+                tap(None)
+            return
+        device = _current_device()
+        key, values = self._bind(device, args, consts)
+        entry = self.compiled.get(key)
+        if entry is not None:
+            run = entry[0]
+            gx, gy, gz = grid if len(grid) == 3 else (*grid, 1, 1)[:3]
+            if run is not None and _hooks_idle():
+                stream = _raw_stream(device)
+                run(gx, gy, gz, stream, entry[1], entry[2], None, None, None, *values, *consts)
+                if taps:
+                    tap(TritonLaunch(self, entry, (gx, gy, gz), stream, values, consts))
+            else:
+                entry[3][(gx, gy, gz)](*args, *consts)
+                if taps:
+                    tap(None)
+            return
+        kernel = self.fn[(*grid, 1, 1)[:3]](*args, **self._kwargs(consts))
+        if kernel is not None:
+            self.compiled[key] = self._entry(kernel)
+        if taps:
+            tap(None)
+
+    def compile(self, args: Sequence[Any], consts: Sequence[Any]) -> tuple[Any, float]:
+        """Compile (or fetch from Triton's caches) without launching; returns (kernel, seconds)."""
+        started = time.perf_counter()
+        kernel = self.fn.warmup(*args, grid=(1,), **self._kwargs(consts))
+        kernel._init_handles()  # loads the module: n_regs, n_spills and the function handle exist after this
+        if self.direct:
+            self.compiled[self._bind(_current_device(), args, consts)[0]] = self._entry(kernel)
+        return kernel, time.perf_counter() - started
+
+
+# --- recording and replay -------------------------------------------------------------------------
+# kernels.launch_record: ``recording(calls)`` collects this layer's launch records.
+
+
+class TritonLaunch:
+    """One launch through a kept ``CompiledKernel``: its ``run``, the grid, stream, function handle,
+    packed metadata, the runtime arguments (pointers as ints) and the constexpr values."""
+
+    def __init__(self, launcher: Launcher, entry: tuple, grid: tuple, stream: int, values: tuple,
+                 consts: tuple) -> None:
+        self.launcher = launcher
+        self.run, self.function, self.metadata, self.kernel = entry
+        self.grid, self.stream, self.values, self.consts = grid, stream, tuple(values), tuple(consts)
+        self.pointer_slots = tuple(i for i, name in enumerate(launcher.runtime_names) if name.endswith("_ptr"))
+
+    def pointers(self) -> list[int]:
+        return [self.values[i] for i in self.pointer_slots]
+
+    def same_launch(self, other: Any) -> bool:
+        return isinstance(other, TritonLaunch) and (
+            self.kernel, self.grid, self.values, self.consts) == (other.kernel, other.grid, other.values, other.consts)
+
+    def replay(self) -> None:
+        """Issue the recorded launch again, as is, through ``run`` with everything pre-bound (no launch
+        hooks): the cheapest launch of this kernel there is (the benchmark's raw-launch floor)."""
+        self.run(*self.grid, self.stream, self.function, self.metadata, None, None, None, *self.values, *self.consts)
+
+    def _arguments(self, x_ptr: int, out_ptr: int, tag: str) -> tuple[str, dict[str, Any]] | None:
+        """The launch's runtime and constexpr arguments as source text, ``xp`` for pointer ``x_ptr``
+        and ``op`` for ``out_ptr``, other values as names (suffixed ``tag``) bound to them."""
+        args, names = [], {}
+        for index, value in enumerate(self.values):
+            if index in self.pointer_slots and value == x_ptr:
+                args.append("xp")
+            elif index in self.pointer_slots and value == out_ptr:
+                args.append("op")
+            elif index in self.pointer_slots:
+                return None  # a foreign pointer: a workspace, whose address may change
+            else:
+                args.append(f"v{index}{tag}")
+                names[f"v{index}{tag}"] = value
+        for index, value in enumerate(self.consts):
+            args.append(f"k{index}{tag}")
+            names[f"k{index}{tag}"] = value
+        return ", ".join(args), names
+
+    def bind_code(self, x_ptr: int, out_ptr: int, tag: str) -> tuple[str, list[str], dict[str, Any]] | None:
+        """This launch as code for a generated replay: (guard, statements, names). The statements
+        launch with ``xp`` for pointer ``x_ptr``, ``op`` for ``out_ptr``, on ``stream``; the guard
+        must hold for them (no launch hook registered: with one, the build's own launch calls it).
+        Names carry ``tag`` so several launches share one function. None where the launch uses any
+        other pointer (a workspace: its address may change) or Triton's ``run`` is unknown."""
+        arguments = None if self.run is None else self._arguments(x_ptr, out_ptr, tag)
+        if arguments is None:
+            return None
+        args, names = arguments
+        guard, guard_names = hooks_idle_check()
+        names.update(guard_names)
+        names.update({f"run{tag}": self.run, f"function{tag}": self.function, f"metadata{tag}": self.metadata})
+        gx, gy, gz = self.grid
+        statement = f"run{tag}({gx}, {gy}, {gz}, stream, function{tag}, metadata{tag}, None, None, None, {args})"
+        return guard, [statement], names
+
+    def bind(self, x_ptr: int, out_ptr: int) -> Any:
+        """``fn(xp, op, stream)``: this launch with new pointers on ``stream``; through
+        ``kernel[grid]`` (which calls them) while a launch hook is registered. None as for
+        ``bind_code``."""
+        code = self.bind_code(x_ptr, out_ptr, "")
+        if code is None:
+            return None
+        guard, statements, names = code
+        args, _ = self._arguments(x_ptr, out_ptr, "")
+        source = "\n".join([
+            "def bound(xp, op, stream):",
+            f"    if {guard}:",
+            *(f"        {line}" for line in statements),
+            "    else:",
+            f"        kernel[{self.grid}]({args})",
+        ])
+        namespace = dict(names, kernel=self.kernel)
+        exec(compile(source, f"<triton replay {self.launcher.fn.__name__}>", "exec"), namespace)  # noqa: S102
+        return namespace["bound"]
+
+
+@lru_cache(maxsize=None)
+def launcher_for(fn: Any, const_names: tuple[str, ...], num_warps: int, num_stages: int) -> Launcher:
+    """The one launcher (and compile cache) per kernel and launch options; ``M`` is never specialised."""
+    return Launcher(fn, const_names, {"num_warps": num_warps, "num_stages": num_stages}, plain=("M",))
+
