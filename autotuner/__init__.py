@@ -12,7 +12,8 @@ __all__ = ["KernelChoice", "select_kernel", "softmax"]
 
 
 def softmax(x: Any, dim: int = -1) -> Any:
-    """Softmax over ``dim`` with the kernel the dispatch table picks for this GPU and shape."""
+    """Softmax over ``dim`` with the kernel the dispatch table picks for this GPU and shape (an eager
+    call on a launch-bound shape runs torch's own: ``autotuner.runtime``)."""
     from autotuner.runtime import softmax as _softmax
 
     return _softmax(x, dim)
