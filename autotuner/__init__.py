@@ -12,8 +12,7 @@ __all__ = ["KernelChoice", "select_kernel", "softmax"]
 
 
 def softmax(x: Any, dim: int = -1) -> Any:
-    """Softmax over ``dim`` with the kernel the dispatch table picks for this GPU and shape (an eager
-    call on a launch-bound shape runs torch's own: ``autotuner.runtime``)."""
+    """Softmax over ``dim`` with the kernel the dispatch table picks for this GPU and shape."""
     from autotuner.runtime import softmax as _softmax
 
     return _softmax(x, dim)

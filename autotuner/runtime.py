@@ -1,14 +1,12 @@
-"""``softmax(x, dim=-1)``: run the kernel the dispatch table picks for this GPU and shape, or, for an
-eager call on a launch-bound shape, torch's own softmax kernel.
+"""``softmax(x, dim=-1)``: run the kernel the dispatch table picks for this GPU and shape.
 
 Host time is the point here: a small softmax takes a few microseconds of GPU time, so every call
 path is kept short. Compiled builds are cached per (variant, config, dtype, N) and plans per
 (device index, (M, N), dtype).
 
 - Fast path: a 2-D contiguous CUDA tensor over its last dimension whose plan exists. One dict probe,
-  the plan: allocate the output, check the current device, launch (or, on a launch-bound shape,
-  check for capture and call ``torch._softmax``). Plans exist only for a validated dtype on a CUDA
-  device with M, N > 0, so nothing else is checked.
+  the plan: allocate the output, check the current device, launch. Plans exist only for a validated
+  dtype on a CUDA device with M, N > 0, so nothing else is checked.
 - A plan (``kernels.replay_plan``) replays its build's launches: when it is made, the build's
   ``launch(x, out)`` is recorded by the CUDA and Triton launch layers, and where that is safe (every
   launch recorded, no workspace pointer, no torch op, two recordings alike) the plan issues those
@@ -16,32 +14,14 @@ path is kept short. Compiled builds are cached per (variant, config, dtype, N) a
   kernel keeps per stream (``cuda_grid_split``'s slots) is replayed as recorded while the current
   stream is the recorded one. Otherwise (and for pointers not 16-byte aligned, another stream there,
   or with a Triton launch hook registered) it calls ``launch``.
-- Launch-bound shapes (``eager_path``): where the dispatch table's predicted time of its
-  ``torch_softmax`` candidate itself at (M, N) (``lookup.select.predicted_us``, from the table the
-  pick comes from, a donor GPU's included) is at most ``AUTOTUNER_EAGER_TORCH_US`` µs (default 6.0;
-  0 turns this off), an eager call runs ``torch._softmax(rows, -1, False)``, torch's kernel through
-  its cheapest entry. Table times are cold-L2 event times of one launch from an idle GPU, about 2 µs
-  of which is launch latency that back-to-back calls overlap, so a torch kernel measured at <= 6 µs
-  runs shorter on the GPU than any eager launch path costs on the host (>= 4 µs a call on the
-  measured H100 hosts): the call is host-bound, and torch's C++ path is the cheapest host path there
-  is. Where the table has no ``torch_softmax`` candidate (the H200 tables) or no prediction for it
-  there, the pick runs. Such a plan checks for CUDA-graph capture on every call
-  (``torch._C._cuda_isCurrentStreamCapturing``) and, while capturing, runs the pick's plan (made at
-  the first capture, then kept): in a graph only GPU time counts, and the pick is the faster kernel
-  there. The pick is compiled and loaded when the plan is made, since no module can be loaded while
-  a stream captures: as before, an eager call of a shape before its capture prepares it.
 - Everything else (another dim or rank, a non-contiguous tensor, a first call, M or N = 0, CPU
   tensors) goes through ``_softmax_impl``: validate, lay the rows out as a 2-D contiguous tensor, make
   the plan. CPU tensors are handed to ``torch.softmax`` (no kernel of ours runs there).
 
-``torch.compile`` sees ``torch.ops.autotuner.softmax``, a custom op whose body is the same path: a
-compiled graph runs the op's body eagerly, so on a launch-bound shape it runs torch's kernel too,
-and under CUDA graphs (``mode="reduce-overhead"``) the table's pick.
+``torch.compile`` sees ``torch.ops.autotuner.softmax``, a custom op whose body is the same path.
 """
 from __future__ import annotations
 
-import math
-import os
 import threading
 import warnings
 from typing import Any, Callable
@@ -49,7 +29,7 @@ from typing import Any, Callable
 import torch
 
 from autotuner.lookup.gpu import normalize_gpu_name
-from autotuner.lookup.select import predicted_us, select_kernel
+from autotuner.lookup.select import select_kernel
 from kernels.replay_plan import plan_for_build
 
 _builds: dict[tuple[str, str, str, int], Any] = {}
@@ -59,9 +39,6 @@ _gpu_keys: dict[int, str] = {}
 _lock = threading.Lock()
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
-
-EAGER_TORCH_ENV = "AUTOTUNER_EAGER_TORCH_US"
-EAGER_TORCH_US = 6.0  # default threshold on torch_softmax's predicted time (module docstring)
 
 # Bound once: each attribute walk (torch.compiler.is_compiling, torch.Tensor) is a dict probe
 # per call. torch.compile recognises is_compiling by identity, so the alias folds to True there.
@@ -114,71 +91,16 @@ def _validate(x: Any, dim: int) -> str:
     return dtype
 
 
-def eager_torch_us() -> float:
-    """The launch-bound threshold (µs): ``AUTOTUNER_EAGER_TORCH_US`` where set, else 6.0. Read when
-    a shape's plan is made (its first call in the process)."""
-    text = os.environ.get(EAGER_TORCH_ENV, "").strip()
-    if not text:
-        return EAGER_TORCH_US
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value >= 0:  # also NaN
-        raise ValueError(f"{EAGER_TORCH_ENV}={text!r}: expected a number of microseconds >= 0, such as 6 or "
-                         f"6.5 (0 runs the table's pick on every shape)")
-    return value
-
-
-def eager_path(m: int, n: int, dtype: Any, gpu: str | None = None) -> str:
-    """Which path an eager ``softmax`` call takes for an (m, n) tensor of ``dtype`` ("fp16" or
-    torch.float16) on ``gpu`` (a key or device name; default: as ``select_kernel``'s): "torch"
-    (``torch._softmax``: a launch-bound shape, see the module docstring) or "table" (the table's
-    pick). CUDA-graph capture always takes the table's pick."""
-    threshold = eager_torch_us()
-    if threshold <= 0:
-        return "table"
-    time = predicted_us(m, n, _DTYPE_NAMES.get(dtype, dtype), "torch_softmax", gpu)
-    return "torch" if time is not None and time <= threshold else "table"
-
-
 def _plan(device: int, rows: Any, dtype: str) -> Callable[[Any], Any]:
     """The plan for rows' (device, shape, dtype), made once and then cached (m > 0 and n > 0)."""
     m, n = rows.shape
     key = (device, (m, n), rows.dtype)
     plan = _plans.get(key)
     if plan is None:
-        eager = eager_path(m, n, dtype, _gpu_key(device))
-        build = _pick_build(device, m, n, dtype)
-        plan = _plans[key] = _torch_plan(device, build) if eager == "torch" else plan_for_build(device, rows, build)
-    return plan
-
-
-def _pick_build(device: int, m: int, n: int, dtype: str) -> Any:
-    """The build of the table's pick for (m, n) on ``device``, compiled and loaded there."""
-    choice = select_kernel(m, n, dtype, gpu=_gpu_key(device))
-    with torch.cuda.device(device):  # compile and load on rows' device
-        return build_for(choice.variant, choice.config, dtype, n)
-
-
-def _torch_plan(device: int, build: Any) -> Callable[[Any], Any]:
-    """A plan for a launch-bound shape: ``torch._softmax`` (on rows' device and its current stream),
-    and while the current stream captures a CUDA graph, the plan of ``build``, the table's pick
-    (``plan.table_plan``, made at the first capture). ``build`` is compiled and loaded beforehand
-    because a stream that captures refuses ``cuModuleLoadData`` (Triton loads its module there)."""
-    capturing = torch._C._cuda_isCurrentStreamCapturing  # bound here: a CPU-only torch has a stub
-    torch_softmax = torch._softmax
-
-    def plan(rows: Any) -> Any:
-        if not capturing():
-            return torch_softmax(rows, -1, False)
-        table_plan = plan.table_plan
-        if table_plan is None:
-            table_plan = plan.table_plan = plan_for_build(device, rows, build)
-        return table_plan(rows)
-
-    plan.table_plan = None
-    plan.replays = False
+        choice = select_kernel(m, n, dtype, gpu=_gpu_key(device))
+        with torch.cuda.device(device):  # compile and load on rows' device
+            build = build_for(choice.variant, choice.config, dtype, n)
+        plan = _plans[key] = plan_for_build(device, rows, build)
     return plan
 
 
@@ -228,8 +150,7 @@ _op = _register_op()
 
 
 def softmax(x: Any, dim: int = -1) -> Any:
-    """Softmax over ``dim`` with the dispatched kernel (torch's on a launch-bound shape outside
-    CUDA-graph capture, see the module docstring; torch.softmax for CPU tensors)."""
+    """Softmax over ``dim`` with the dispatched kernel (torch.softmax for CPU tensors)."""
     if _is_compiling():
         return _op(x, dim)
     # eager: the fast path here, without the custom-op dispatcher's per-call cost

@@ -211,20 +211,13 @@ def runtime(sources: dict) -> list[str]:
              "| case | kernel | GPU time | `softmax(x)` | `torch.softmax` | ratio | build's `launch(x, out)` | raw floor "
              "| overhead |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    if any(row.get("eager_path") == "torch" for row in data["host_overhead"].values()):
-        lines[-3:-3] = ["A kernel of `torch._softmax` (eager) marks a launch-bound shape: `softmax(x)` ran torch's "
-                        "kernel, and a CUDA-graph capture runs the pick named beside it, whose figures the GPU time, "
-                        "launch, raw floor and overhead columns are.", ""]
     for case, row in data["host_overhead"].items():
         if "error" in row:
             lines.append(f"| {case} | failed: {row['error']} | | | | | | | |")
             continue
         torch_us = f"{row['torch_softmax_us']:.2f}" if "torch_softmax_us" in row else "not timed"
         ratio = f"{row['softmax_over_torch']:.2f}" if "softmax_over_torch" in row else ""
-        kernel = f"`{row['variant']}`"
-        if row.get("eager_path") == "torch":
-            kernel = f"`torch._softmax` (eager; pick {kernel})"
-        lines.append(f"| {case} | {kernel} | {row['gpu_us']:.1f} | {row['softmax_us']:.2f} | {torch_us} | "
+        lines.append(f"| {case} | `{row['variant']}` | {row['gpu_us']:.1f} | {row['softmax_us']:.2f} | {torch_us} | "
                      f"{ratio} | {row['build_launch_us']:.2f} | {row['raw_floor_us']:.2f} | {row['overhead_us']:+.2f} |")
     return lines
 

@@ -103,13 +103,6 @@ def answer_fields(table: DispatchTable, m: int, n: int,
     return best, times[best], False, "model", ""
 
 
-def candidate_time(table: DispatchTable, index: int, m: int, n: int) -> float | None:
-    """Candidate ``index``'s time (µs) at (m, n) by the scaling model (module docstring): its
-    measured time at a measured point, interpolated between them, extrapolated past the largest
-    measured size where it scales; None below its smallest measured N or past a capacity cliff."""
-    return (table.__dict__.get("_scaling_model") or _model_of(table)).time(index, m, n)
-
-
 def _where(table: DispatchTable) -> str:
     return f"{table.gpu} {table.dtype}/{table.timing_method} table"
 

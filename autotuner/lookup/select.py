@@ -12,11 +12,6 @@ GPU without a table and without such a model (or of a model ``gpu_models`` does 
 decides: the table's rule inside its measured points (``source`` "table"), a per-candidate scaling
 model outside them ("model"), ``torch_softmax`` where nothing measured vouches for a candidate or
 no candidate admits the shape ("fallback"). ``reason`` says which fallback, in words.
-
-``predicted_us(m, n, dtype, variant, gpu=None)``: the scaling model's time of one named variant at
-(m, n) in the table ``select_kernel`` answers that shape from (the GPU's own, else the same donor
-table, among the kernels this GPU runs); None where there is no such table, candidate or prediction.
-``autotuner.runtime`` asks it for ``torch_softmax`` to decide which path an eager call takes.
 """
 from __future__ import annotations
 
@@ -44,7 +39,6 @@ CACHE_LIMIT = 1 << 16  # answers kept per store; a server fed endless new shapes
 
 
 _gpu_keys: dict[str, str] = {}  # a caller's GPU spelling -> its validated key
-_UNSET = object()  # a cached prediction may be None
 
 
 def _gpu_key(gpu: str) -> str:
@@ -101,7 +95,6 @@ class TableStore:
         self._tables: dict[tuple[str, str, str], DispatchTable] = {}
         self._cache: dict[tuple[int, int, str, str, str], KernelChoice] = {}
         self._runnable: dict[tuple[tuple[str, str, str], str], frozenset[int] | None] = {}
-        self._predicted: dict[tuple[int, int, str, str, str, str], float | None] = {}
         # Each cached answer is a few garbage-collected objects; a process that caches answers
         # elsewhere (the service caches response bytes) keeps this small so full GC passes stay short.
         self._cache_limit = CACHE_LIMIT if cache_limit is None else cache_limit
@@ -114,7 +107,6 @@ class TableStore:
             self._tables[table.key] = table
             self._cache.clear()
             self._runnable.clear()
-            self._predicted.clear()
 
     def replace_all(self, tables: Iterable[DispatchTable]) -> None:
         fresh = {t.key: t for t in tables}
@@ -122,7 +114,6 @@ class TableStore:
             self._tables = fresh
             self._cache.clear()
             self._runnable.clear()
-            self._predicted.clear()
 
     def gpus(self) -> list[str]:
         return sorted({key[0] for key in self._tables})
@@ -157,39 +148,7 @@ class TableStore:
         self._cache[key] = choice
         return choice
 
-    def predicted_us(self, m: int, n: int, dtype: str, variant: str, gpu: str | None = None,
-                     method: str = DEFAULT_METHOD) -> float | None:
-        """The scaling model's time (µs) of ``variant`` at (m, n) (``predict.candidate_time``; of its
-        fastest admissible config where it has several) in the table ``select`` answers (m, n) from:
-        the GPU's own, else the donor's, among the candidates this GPU runs. None where there is no
-        such table, the table has no such candidate admitting the shape, or the model has no time
-        there. Cached as ``select``'s answers are; warns of nothing (``select`` does)."""
-        key = (m, n, dtype, gpu or "", method, variant)
-        hit = self._predicted.get(key, _UNSET)
-        if hit is not _UNSET:
-            return hit
-        dtype_key, gpu_key = self._canonical(m, n, dtype, gpu)
-        table = self._tables.get((gpu_key, dtype_key, method))
-        if table is None:
-            donor = self._donor(gpu_key, dtype_key, method)[0]
-            table = self._tables.get((donor, dtype_key, method)) if donor else None
-        time = None
-        if table is not None:
-            runnable = self._runnable_for(table, gpu_key)
-            times = [t for i in table.admissible(m, n) if table.choice_fields[i][0] == variant
-                     and (runnable is None or i in runnable) and (t := predict.candidate_time(table, i, m, n))]
-            time = min(times) if times else None
-        if len(self._predicted) >= self._cache_limit:
-            self._predicted.clear()
-        self._predicted[key] = time
-        return time
-
     def _select_uncached(self, m, n, dtype_name, gpu, method, allow_fallback) -> KernelChoice:
-        return self._choose(m, n, *self._canonical(m, n, dtype_name, gpu), method, allow_fallback)
-
-    @staticmethod
-    def _canonical(m: Any, n: Any, dtype_name: Any, gpu: str | None) -> tuple[str, str]:
-        """(dtype, GPU key) in canonical form for a valid shape; raises on a bad shape, dtype or GPU."""
         if (type(m) is not int or type(n) is not int) and (  # plain ints skip the subclass tests
                 not isinstance(m, int) or not isinstance(n, int) or isinstance(m, bool) or isinstance(n, bool)):
             raise TypeError(f"m and n must be integers, got {type(m).__name__} and {type(n).__name__}")
@@ -198,20 +157,8 @@ class TableStore:
         # a spelling already in canonical form skips the normaliser (a first lookup is on the dispatch path)
         dtype = DTYPE_ALIASES.get(dtype_name) if type(dtype_name) is str else None
         dtype = dtype or normalize_dtype(dtype_name)
-        return dtype, (_gpu_keys.get(gpu) or _gpu_key(gpu)) if gpu else (current_gpu_key() or "unknown")
-
-    def _donor(self, gpu_key: str, dtype: str, method: str) -> tuple[str | None, str]:
-        """(the model whose table answers for a GPU without its own, or None, and why, in words)."""
-        spec = gpu_spec(gpu_key)
-        donors = donor_order(spec, [g for g in self.gpus() if self.get(g, dtype, method)]) if spec else []
-        if not donors:
-            known = "its architecture is not listed in autotuner/lookup/gpu_models.py" if spec is None else \
-                f"no table of a model of sm_{spec.compute_capability} or older"
-            return None, f"no {dtype}/{method} dispatch table for GPU {gpu_key!r} and {known}"
-        donor = donors[0]
-        return donor, (f"no {dtype}/{method} dispatch table for GPU {gpu_key!r}; answered from the {donor} table "
-                       f"(sm_{gpu_spec(donor).compute_capability} <= sm_{spec.compute_capability}) with the kernels "
-                       f"{gpu_key!r} runs")
+        gpu_key = (_gpu_keys.get(gpu) or _gpu_key(gpu)) if gpu else (current_gpu_key() or "unknown")
+        return self._choose(m, n, dtype, gpu_key, method, allow_fallback)
 
     def _choose(self, m: int, n: int, dtype: str, gpu_key: str, method: str, allow_fallback: bool) -> KernelChoice:
         """The choice for canonical names: the GPU's own table, then the fallbacks in order."""
@@ -220,15 +167,23 @@ class TableStore:
             return self._answer(own, gpu_key, m, n, "table")
         if not allow_fallback:
             raise UnknownGpuError(gpu_key, self.gpus())
-        donor, reason = self._donor(gpu_key, dtype, method)
-        if donor is None:
-            return KernelChoice(FALLBACK_VARIANT, (), None, gpu_key, dtype, "fallback", False, reason)
+        spec = gpu_spec(gpu_key)
+        donors = donor_order(spec, [g for g in self.gpus() if self.get(g, dtype, method)]) if spec else []
+        if not donors:
+            known = "its architecture is not listed in autotuner/lookup/gpu_models.py" if spec is None else \
+                f"no table of a model of sm_{spec.compute_capability} or older"
+            return KernelChoice(FALLBACK_VARIANT, (), None, gpu_key, dtype, "fallback", False,
+                                f"no {dtype}/{method} dispatch table for GPU {gpu_key!r} and {known}")
+        donor = donors[0]
+        reason = (f"no {dtype}/{method} dispatch table for GPU {gpu_key!r}; answered from the {donor} table "
+                  f"(sm_{gpu_spec(donor).compute_capability} <= sm_{spec.compute_capability}) with the kernels "
+                  f"{gpu_key!r} runs")
         warnings.warn(reason, RuntimeWarning, stacklevel=5)
         choice = self._answer(self.get(donor, dtype, method), gpu_key, m, n, f"nearest-gpu:{donor}")
         return choice if choice.source == "fallback" else replace(choice, reason=reason)
 
-    def _runnable_for(self, table: DispatchTable, gpu_key: str) -> frozenset[int] | None:
-        """Indexes of ``table``'s candidates that ``gpu_key`` runs (None: all), kept per pair."""
+    def _answer(self, table: DispatchTable, gpu_key: str, m: int, n: int, source: str) -> KernelChoice:
+        """``table``'s answer for (m, n) on ``gpu_key``, among the candidates that GPU runs."""
         runnable_key = (table.key, gpu_key)
         runnable = self._runnable.get(runnable_key, False)
         if runnable is False:
@@ -236,11 +191,6 @@ class TableStore:
             # a GPU not listed in gpu_models runs what its own table holds (it was measured there)
             runnable = self._runnable[runnable_key] = \
                 runnable_candidates(table.candidates, table.gpu, spec) if spec else None
-        return runnable
-
-    def _answer(self, table: DispatchTable, gpu_key: str, m: int, n: int, source: str) -> KernelChoice:
-        """``table``'s answer for (m, n) on ``gpu_key``, among the candidates that GPU runs."""
-        runnable = self._runnable_for(table, gpu_key)
         candidate, predicted_us, exact, rule, reason = predict.answer_fields(table, m, n, runnable)
         if candidate is None:
             return KernelChoice(FALLBACK_VARIANT, (), predicted_us, gpu_key, table.dtype, "fallback", False, reason)
@@ -339,11 +289,3 @@ def select_kernel(m: int, n: int, dtype: str, gpu: str | None = None, *, timing_
     key = (m, n, dtype, gpu or "", timing_method)
     hit = store._cache.get(key)
     return hit if hit is not None else store._keep(key, store._select_uncached(m, n, dtype, gpu, timing_method, True))
-
-
-def predicted_us(m: int, n: int, dtype: str, variant: str, gpu: str | None = None, *,
-                 timing_method: str = DEFAULT_METHOD) -> float | None:
-    """The predicted time (µs) of ``variant`` (e.g. ``torch_softmax``) for an (m, n) softmax in
-    ``dtype`` on ``gpu`` (default: the current device's model), from the table ``select_kernel``
-    answers that shape from (``TableStore.predicted_us``); None where that table cannot say."""
-    return (_default_store or default_store()).predicted_us(m, n, dtype, variant, gpu, timing_method)

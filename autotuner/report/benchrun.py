@@ -4,10 +4,6 @@ before each timed call, median; several rounds on fresh buffers, see ``bench_sha
 the faster of torch's ``copy_`` and a plain vector copy (``autotuner.tune.measure.copy_reference``). Runs
 in-process: it measures the product, not candidates, so a faulting kernel here is a bug to fix, not a
 row to record.
-
-``dispatched`` names what the timed ``softmax(x)`` ran: the table's pick, ``variant[config]``, or, in
-stream mode on a launch-bound shape (``autotuner.runtime.eager_path``), ``torch_softmax[eager]``:
-there an eager call runs torch's kernel, and a CUDA-graph capture (``--graph-launch``) the pick.
 """
 from __future__ import annotations
 
@@ -20,7 +16,6 @@ from kernels.reference import check_softmax, random_input
 
 
 PEER_VARIANTS = {"torch": "torch_softmax", "quack": "quack_softmax", "liger": "liger_softmax"}
-EAGER_TORCH = "torch_softmax[eager]"  # ``dispatched`` where a stream-mode call ran torch._softmax
 
 
 def peer_launchers(dtype: str, n: int) -> dict[str, Callable[[Any, Any], None]]:
@@ -41,30 +36,10 @@ def peer_launchers(dtype: str, n: int) -> dict[str, Callable[[Any, Any], None]]:
 
 def _checked_time(timer: Any, x: Any, dtype: str, call: Callable[[], Any]) -> float | str | None:
     """Median time of ``call()`` (which returns its softmax of ``x``) once its first result passes the
-    float64 check; "WRONG" where it does not. With ``timer.graph_launch`` the result checked is a
-    graph replay's, since a capture can run another kernel than an eager call (``softmax``)."""
-    if not check_softmax(_replayed(call) if timer.graph_launch else call(), x, dtype).ok:
+    float64 check; "WRONG" where it does not."""
+    if not check_softmax(call(), x, dtype).ok:
         return "WRONG"
     return timer.time(call).median_us
-
-
-def _replayed(call: Callable[[], Any]) -> Any:
-    """``call()``'s output from one replay of it captured in a CUDA graph (warmed up on the capture
-    stream first, as ``Timer`` does), the output poisoned before the replay."""
-    import torch
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = call()
-    out.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    return out
 
 
 def _writing_into_poisoned(launch: Callable[[Any, Any], None], x: Any) -> Callable[[], Any]:
@@ -104,18 +79,6 @@ def _round(timer: Any, m: int, n: int, dtype: str, peers: dict[str, Callable[[An
     return times
 
 
-def dispatched(m: int, n: int, dtype: str, graph_launch: bool, gpu: str | None = None) -> str:
-    """What a timed ``softmax(x)`` runs for the shape: ``variant[config]`` of the table's pick, or
-    ``torch_softmax[eager]`` for an eager call on a launch-bound shape (``runtime.eager_path``)."""
-    from autotuner import select_kernel
-    from autotuner.runtime import eager_path
-
-    if not graph_launch and eager_path(m, n, dtype, gpu) == "torch":
-        return EAGER_TORCH
-    choice = select_kernel(m, n, dtype, gpu)
-    return f"{choice.variant}[{choice.config_key}]"
-
-
 def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", progress: Callable[[str], None] | None = None,
                  rounds: int = 3, graph_launch: bool = False,
                  on_row: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
@@ -132,12 +95,14 @@ def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", p
 
     import torch
 
+    from autotuner import select_kernel
     from autotuner.tune.timing import Timer
 
     timer = Timer(method, time_cap_s=0.3, graph_launch=graph_launch)
     rows = []
     for m, n, dtype in shapes:
-        row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n, "dispatched": dispatched(m, n, dtype, graph_launch)}
+        choice = select_kernel(m, n, dtype)
+        row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n, "dispatched": f"{choice.variant}[{choice.config_key}]"}
         peers = peer_launchers(dtype, n)
         samples: dict[str, list[Any]] = {}
         for index in range(rounds):

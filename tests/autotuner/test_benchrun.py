@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import csv
 
-from autotuner.report.benchrun import EAGER_TORCH, dispatched, summarize, write_csv
+from autotuner.report.benchrun import summarize, write_csv
 
 
 def _row(n: int, dispatched: float, torch_us: float) -> dict:
@@ -25,14 +25,3 @@ def test_summarize_counts_shapes_within_three_percent_of_the_best_peer():
     figures = summarize([_row(1000, 12.0, 13.0), _row(2000, 20.0, 19.0)])
     assert figures["within_3pct_of_best_peer"] == "1/2"  # 20.0 > 19.0 * 1.03
     assert figures["min"] == 0.5
-
-
-def test_dispatched_names_torch_where_a_stream_mode_call_runs_it(monkeypatch):
-    from autotuner import runtime, select_kernel
-
-    monkeypatch.delenv(runtime.EAGER_TORCH_ENV, raising=False)
-    pick = select_kernel(1, 4096, "fp16", "h100")
-    assert dispatched(1, 4096, "fp16", False, "h100") == EAGER_TORCH == "torch_softmax[eager]"  # launch-bound
-    assert dispatched(1, 4096, "fp16", True, "h100") == f"{pick.variant}[{pick.config_key}]"  # a graph: the pick
-    big = select_kernel(4096, 32000, "fp16", "h100")
-    assert dispatched(4096, 32000, "fp16", False, "h100") == f"{big.variant}[{big.config_key}]"

@@ -56,36 +56,6 @@ def test_softmax_captured_in_a_cuda_graph_replays_on_new_input():
     assert result.ok, result.message
 
 
-def test_a_launch_bound_shape_runs_torch_eagerly_and_the_tables_pick_under_capture():
-    """fp16 1x4096: eager calls run torch._softmax (runtime.eager_path), a CUDA-graph capture runs the
-    table's pick (its plan made at the capture); both match float64, before and after the capture."""
-    import torch
-
-    from autotuner import runtime, softmax
-
-    m, n, dtype = 1, 4096, "fp16"
-    if runtime.eager_path(m, n, dtype) != "torch":
-        pytest.skip("fp16 1x4096 is not launch-bound by this GPU's table (no torch_softmax time at or under the threshold)")
-    x = random_input(m, n, dtype)
-    runtime._plans.pop((x.get_device(), (m, n), x.dtype), None)  # made afresh here
-    result = check_softmax(softmax(x), x, dtype)
-    assert result.ok, result.message
-    plan = runtime._plans[(x.get_device(), (m, n), x.dtype)]
-    assert plan.table_plan is None  # eager calls made no plan of the pick
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y = softmax(x)
-    assert plan.table_plan is not None
-    x.copy_(random_input(m, n, dtype))
-    graph.replay()
-    torch.cuda.synchronize()
-    result = check_softmax(y, x, dtype)
-    assert result.ok, f"captured pick: {result.message}"
-    result = check_softmax(softmax(x), x, dtype)
-    assert result.ok, f"eager after capture: {result.message}"
-
-
 @pytest.mark.parametrize("m, n, dtype", [(1, 1024, "bf16"), (4, 4096, "fp32"), (33, 4096, "fp16"), (1, 262144, "fp32")])
 def test_plans_replay_their_launches_correctly_on_any_stream(m, n, dtype):
     """The fast path's replay (recorded launches, new pointers and stream per call) gives the same

@@ -2,8 +2,6 @@
 data, and its summaries count what they say they count."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from bench import results
@@ -59,19 +57,3 @@ def test_bench_summary_counts_misses_against_the_fastest_peer_and_skips_failed_p
     assert "2/2 = 100.0%" in by_dtype["fp16"] and "| none |" in by_dtype["fp16"]
     assert "3/4 = 75.0%" in by_dtype["all"]
     assert "0.500 (fp16 4x1024)" in by_dtype["all"]  # the minimum fraction of copy speed, with its shape
-
-
-def test_runtime_rows_of_a_launch_bound_shape_say_torch_ran_eagerly(tmp_path, monkeypatch):
-    case = {"variant": "triton_one_row", "eager_path": "torch", "gpu_us": 5.0, "softmax_us": 6.1,
-            "torch_softmax_us": 6.0, "softmax_over_torch": 1.02, "build_launch_us": 7.0, "raw_floor_us": 4.4,
-            "overhead_us": 1.7}
-    data = {"lookup": {"first_lookup_us_median": 7.0, "first_lookup_us_p99": 9.0, "warm_lookup_us_median": 0.2,
-                       "warm_lookup_us_p99": 0.3},
-            "host_overhead": {"fp16 1x4096": case, "bf16 8x1024": {**case, "eager_path": "table"}}}
-    (tmp_path / "runtime.json").write_text(json.dumps(data))
-    monkeypatch.setattr(results, "DATA", tmp_path)
-    lines = results.runtime({"runtime": {"file": "runtime.json"}})
-    rows = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| fp16") or line.startswith("| bf16")}
-    assert "`torch._softmax` (eager; pick `triton_one_row`)" in rows["fp16 1x4096"]
-    assert "| `triton_one_row` |" in rows["bf16 8x1024"]
-    assert any("launch-bound shape" in line for line in lines)
