@@ -157,7 +157,8 @@ def bench(sources: dict, key: str = "bench") -> list[str]:
     if not files:
         return []
     title = f" {source['title']}" if source.get("title") else ""
-    lines = [f"## The dispatched `softmax` against its peers{title}", "",
+    note = [source["note"], ""] if source.get("note") else []
+    lines = [f"## The dispatched `softmax` against its peers{title}", "", *note,
              "`autotuner bench`: per shape, the dispatched `softmax(x)`, the copy, and each peer that runs "
              "there, in rotating rounds (a kernel's figure is its median round, the copy's its fastest). "
              "Fraction = the bench's copy time / the dispatched time. A shape counts as within 3 % when "

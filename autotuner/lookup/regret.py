@@ -27,9 +27,16 @@ FIT_PASSES = 2  # neighbour-effect updates (more change no pick on the recorded 
 # local-regret-clamped reads a row (one M, along N) that ends before the query's N at its nearest end
 # only while that end is within this factor of the query's N: a query far past a row's end (2 x 2.5M
 # read at (2, 262144), where a long-row kernel was never swept) would otherwise let that distant point
-# veto the kernels measured around the query itself. Columns (along M) are still read at any distance:
-# past the largest M the time model extrapolates from them.
+# veto the kernels measured around the query itself.
 CLAMP_REACH = 4
+# The same for columns (one N, along M), with a wider reach: M changes a kernel's ranking more slowly
+# than N (rows per CTA and waves, not the row's fit in registers), and past the largest measured M the
+# time model extrapolates from the columns. Beyond this factor a column says nothing of the query: the
+# domain sweep's odd-N columns measured at M = 2 and 5 alone had made 1500 x 30522 pick a cluster
+# config tuned for two rows (bf16: 103 us against 69 us for the pick of the tables before, H100).
+# Leave-one-out on the H100 recordings: 1.0134 / 1.0222 / 1.0252 -> 1.0144 / 1.0214 / 1.0249 (fp32 /
+# fp16 / bf16); a reach of 4 was worse on all three (1.0182 / 1.0282 / 1.0314).
+COLUMN_REACH = 16
 # A candidate whose smallest log regret over the neighbours exceeds another's weighted mean (or its
 # largest log regret) by more than this has the larger weighted mean whatever the weights: they are
 # positive and sum to 1, so a mean lies between the smallest and the largest value, to within the
@@ -59,6 +66,7 @@ class Layout:
         self.log2 = {v: log2_or_zero(v) for v in (*self.row_keys, *self.col_keys)}  # for log_bracket
         # the N range within CLAMP_REACH of each row's ends, which the clamped rule reads the row in
         self.row_reach = {m: (ns[0] / CLAMP_REACH, ns[-1] * CLAMP_REACH) for m, ns in self.rows.items()}
+        self.col_reach = {n: (ms[0] / COLUMN_REACH, ms[-1] * COLUMN_REACH) for n, ms in self.cols.items()}
         self.cells: dict[tuple[int, bool, int, bool], tuple | None] = {}
 
     def cell(self, key: tuple[int, bool, int, bool]) -> tuple | None:
@@ -110,7 +118,8 @@ def log_bracket(values: Sequence[int], x: int, log_x: float, logs: Mapping[int, 
 def stencil(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tuple[tuple[int, int], ...], list[float]]:
     """The neighbours of (m, n), sorted, and their weights (summing to 1); empty if none. The mean of
     the interpolation along N on the rows bracketing M and along M on the columns bracketing N; the
-    clamped rule brackets among all lines (a row only within ``CLAMP_REACH`` of its ends), the other
+    clamped rule brackets among all lines (a row only within ``CLAMP_REACH`` of its ends, a column within
+    ``COLUMN_REACH``), the other
     only among lines that span the query on the other axis. Inside a fully measured cell, or on a line
     between two measured points, from the closed form kept for that place (:meth:`Layout.cell`),
     which is the same arithmetic; elsewhere :func:`stencil_by_lines`."""
@@ -153,6 +162,9 @@ def stencil_by_lines(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tup
     if keys:
         corners, parts = [], []
         for line, line_weight in log_bracket(keys, n, log_n, logs):
+            low, high = layout.col_reach[line]
+            if not low <= m <= high:
+                continue  # as for rows: the column's measured M are too far from the query's
             for value, weight in log_bracket(cols[line], m, log_m, logs):
                 corners.append((value, line))
                 parts.append(line_weight * weight)

@@ -36,8 +36,10 @@ failed). ``requires`` (tables fitted from 2026-11-25 on) is what a GPU needs to 
      both axes (so a missing grid point is read from its 2-4 axis neighbours). The rules differ on a
      line whose measured points do not surround the query on the other axis (the query is past the
      grid's edge on that line, or the line's own point at the query was not measured):
-     ``local-regret-clamped`` reads it at its nearest measured point; ``local-regret`` brackets only
-     among lines that do surround the query, and skips that axis if none does. So at the grid's edge
+     ``local-regret-clamped`` reads it at its nearest measured point, if that point is within
+     ``CLAMP_REACH`` (a row, along N) or ``COLUMN_REACH`` (a column, along M) of the query
+     (``autotuner/lookup/regret.py``); ``local-regret`` brackets only among lines that do surround the
+     query, and skips that axis if none does. So at the grid's edge
      (M = 1, the smallest N, ...) a missing point is read from both axes under the clamped rule, from
      its edge line alone under the old one: leave-one-out on the recorded sweeps preferred the
      former on both GPUs (CHANGELOG.md, 2026-11-23).

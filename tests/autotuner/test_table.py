@@ -240,3 +240,16 @@ def test_an_alignment_class_measured_only_far_from_the_query_does_not_choose_its
     assert {corner for corner, _ in table.neighbours(2, 2501)} <= {(1, 2048), (1, 4096), (4, 2048), (4, 4096)}
     assert table.lookup(2, 2501).candidate == 0
     assert table.lookup(4, 50257).candidate == 1  # a measured odd N still answers from its own point
+
+
+def test_local_regret_clamped_does_not_read_a_column_measured_only_far_below_the_query():
+    # the N = 24576 column was measured at M = 2 alone, where "old" wins; at M = 1500 only the rows
+    # around M (1024 and 4096, where "new" wins) count: a column is read within COLUMN_REACH of its M
+    points = [{"m": 2, "n": 24576, "times": [4.0, 9.0]},
+              {"m": 1024, "n": 16384, "times": [60.0, 40.0]}, {"m": 1024, "n": 65536, "times": [240.0, 160.0]},
+              {"m": 4096, "n": 16384, "times": [240.0, 160.0]}, {"m": 4096, "n": 65536, "times": [960.0, 640.0]}]
+    table = DispatchTable(_gap_document(points))
+    assert (2, 24576) not in {corner for corner, _ in table.neighbours(1500, 24576)}
+    assert table.lookup(1500, 24576).candidate == 1
+    # within the reach the column still speaks: at M = 16 it is read beside the rows
+    assert (2, 24576) in {corner for corner, _ in table.neighbours(16, 24576)}
