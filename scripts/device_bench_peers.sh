@@ -5,8 +5,10 @@
 # autotuner/tune/timing.py), one dtype per process so that a stalled dtype loses only itself. Outputs in
 # $OUT: bench_stream_<dtype>.csv, bench_graph_<dtype>.csv and bench_peers.log (about 7 min on an H100).
 #
-#   call 1 (carry [".whl", ".whl_cute_a"]):  bash scripts/device_cute_setup.sh
-#   call 2 (carry [".whl", ".whl_cute_b"]):
+#   call 1 (carry [".whl_cute_a"]):  bash scripts/device_cute_setup.sh
+#   call 2 (carry [".whl_cute_b"]):  bash scripts/device_cute_setup.sh   (installs; .whl with it would pass
+#     the run tool's 64 MiB carry limit)
+#   call 3 (carry [".whl"]):
 #     bash scripts/device_run.sh bash -c 'source scripts/device_cute_setup.sh && bash scripts/device_bench_peers.sh'
 #
 # MODES (default "stream graph") and DTYPES (default "fp32 fp16 bf16") narrow it; ROUNDS (default 3) and

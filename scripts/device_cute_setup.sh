@@ -7,10 +7,12 @@
 # warm machine; /tmp/cute_parts keeps part a between them, /tmp/site_cute keeps the install after.
 #   call 1 (carry [".whl_cute_a"]):
 #     bash scripts/device_cute_setup.sh
-#   call 2 (carry [".whl", ".whl_cute_b"]):
+#   call 2 (carry [".whl_cute_b"] alone: with .whl and the tree it would pass the 64 MiB carry limit):
+#     bash scripts/device_cute_setup.sh
+#   later calls on the same warm machine (carry [".whl"]): sourced inside device_run.sh, it finds the
+#   install and only sets PYTHONPATH:
 #     bash scripts/device_run.sh bash -c 'source scripts/device_cute_setup.sh && python3 -c "import cutlass, quack"'
-#   later calls on the same warm machine (carry [".whl"]): the same `source` line finds the install and
-#   only sets PYTHONPATH. A fresh machine needs both calls again.
+#   A fresh machine needs both calls again.
 #
 # Sourced, it exports PYTHONPATH (appends /tmp/site_cute and /tmp/site_cute/nvidia_cutlass_dsl/dsl_packages:
 # pip --target does not process the wheel's nvidia_cutlass_dsl_packages.pth) and returns 0 only when

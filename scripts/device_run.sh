@@ -5,6 +5,6 @@
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   >/tmp/pip.log 2>&1 || { cat /tmp/pip.log; exit 3; }
-export PYTHONPATH=/tmp/site:$PWD
+export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}  # a path set before (the CuTe DSL's) stays, after ours
 export PYTHONUNBUFFERED=1
 exec "$@"
