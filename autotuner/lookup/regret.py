@@ -143,37 +143,40 @@ def stencil_by_lines(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tup
     """:func:`stencil` as the rule states it, line by line, for any query (``stencil`` answers from
     its closed forms where they apply)."""
     log_m, log_n = log2_or_zero(m), log2_or_zero(n)
-    logs, rows, cols = layout.log2, layout.rows, layout.cols
     weights: dict[tuple[int, int], float] = {}
-    # along N on the rows around M; a line's corners are distinct, so each is set once
-    keys = layout.row_keys if clamped else [k for k in layout.row_keys if rows[k][0] <= n <= rows[k][-1]]
-    if keys:
-        corners, parts = [], []
-        for line, line_weight in log_bracket(keys, m, log_m, logs):
-            low, high = layout.row_reach[line]
-            if not low <= n <= high:
-                continue  # the line ends too far from the query to say anything about it
-            for value, weight in log_bracket(rows[line], n, log_n, logs):
-                corners.append((line, value))
-                parts.append(line_weight * weight)
-        _add_normalised(weights, corners, parts)
-    # along M on the columns around N
-    keys = layout.col_keys if clamped else [k for k in layout.col_keys if cols[k][0] <= m <= cols[k][-1]]
-    if keys:
-        corners, parts = [], []
-        for line, line_weight in log_bracket(keys, n, log_n, logs):
-            low, high = layout.col_reach[line]
-            if not low <= m <= high:
-                continue  # as for rows: the column's measured M are too far from the query's
-            for value, weight in log_bracket(cols[line], m, log_m, logs):
-                corners.append((value, line))
-                parts.append(line_weight * weight)
-        _add_normalised(weights, corners, parts)
+    # along N on the rows around M, then along M on the columns around N
+    _along_lines(weights, layout.row_keys, layout.rows, layout.row_reach, m, log_m, n, log_n, layout.log2,
+                 clamped, rows=True)
+    _along_lines(weights, layout.col_keys, layout.cols, layout.col_reach, n, log_n, m, log_m, layout.log2,
+                 clamped, rows=False)
     total = sum(weights.values())
     if not total > 0:
         return (), []
     ordered = sorted(weights.items())
     return tuple(corner for corner, _ in ordered), [weight / total for _, weight in ordered]
+
+
+def _along_lines(weights: dict[tuple[int, int], float], keys: Sequence[int], lines: Mapping[int, list[int]],
+                 reach: Mapping[int, tuple[float, float]], at: int, log_at: float, across: int,
+                 log_across: float, logs: Mapping[int, float], clamped: bool, rows: bool) -> None:
+    """One axis of :func:`stencil_by_lines`: the lines (rows if ``rows``, else columns) bracketing the
+    query's ``at`` on their own axis, each interpolated at ``across`` along itself, added to
+    ``weights`` normalised (corners as (m, n)). A line whose measured values end more than its
+    ``reach`` from ``across`` says nothing of the query and is not read; the unclamped rule brackets
+    only among lines that span ``across``. A line's corners are distinct, so each is set once."""
+    if not clamped:
+        keys = [k for k in keys if lines[k][0] <= across <= lines[k][-1]]
+    if not keys:
+        return
+    corners, parts = [], []
+    for line, line_weight in log_bracket(keys, at, log_at, logs):
+        low, high = reach[line]
+        if not low <= across <= high:
+            continue
+        for value, weight in log_bracket(lines[line], across, log_across, logs):
+            corners.append((line, value) if rows else (value, line))
+            parts.append(line_weight * weight)
+    _add_normalised(weights, corners, parts)
 
 
 def _add_normalised(weights: dict[tuple[int, int], float], corners: list, parts: list[float]) -> None:
