@@ -208,18 +208,30 @@ def runtime(sources: dict) -> list[str]:
              "the raw floor issues the same recorded launches with nothing else; overhead = softmax - raw "
              "floor; GPU time = events around 20 back-to-back launches (warm L2). The host figures move by several "
              "µs from one lent host to another.", "",
-             "`torch.softmax(x, -1)` is timed the same way in the same rounds; the ratio is `softmax(x)` over it.", "",
-             "| case | kernel | GPU time | `softmax(x)` | `torch.softmax` | ratio | build's `launch(x, out)` | raw floor "
-             "| overhead |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "`torch.softmax(x, -1)` is timed the same way in the same rounds; the ratio is `softmax(x)` over it.", ""]
+    if sources["runtime"].get("note"):
+        lines += [sources["runtime"]["note"], ""]
+    build = data.get("native_build")
+    if build:
+        lines += [f"The native launch module (`kernels/native`, `python -m kernels.native`) was "
+                  f"{'built in ' + str(build.get('seconds')) + ' s before the run' if build.get('built') else 'not built'}; "
+                  "\"native\" says whether a case's plan takes it, and \"Python path\" is the same plan without it, "
+                  "timed in the same rounds.", ""]
+    lines += ["| case | kernel | native | GPU time | `softmax(x)` | `torch.softmax` | ratio | Python path "
+              "| build's `launch(x, out)` | raw floor | overhead |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for case, row in data["host_overhead"].items():
         if "error" in row:
-            lines.append(f"| {case} | failed: {row['error']} | | | | | | | |")
+            lines.append(f"| {case} | failed: {row['error']} | | | | | | | | | |")
             continue
         torch_us = f"{row['torch_softmax_us']:.2f}" if "torch_softmax_us" in row else "not timed"
         ratio = f"{row['softmax_over_torch']:.2f}" if "softmax_over_torch" in row else ""
-        lines.append(f"| {case} | `{row['variant']}` | {row['gpu_us']:.1f} | {row['softmax_us']:.2f} | {torch_us} | "
-                     f"{ratio} | {row['build_launch_us']:.2f} | {row['raw_floor_us']:.2f} | {row['overhead_us']:+.2f} |")
+        native = "yes" if row.get("plan_native") else "no"
+        python_path = f"{row['softmax_python_path_us']:.2f}" if "softmax_python_path_us" in row else ""
+        floor = (f"{row['raw_floor_us']:.2f} | {row['overhead_us']:+.2f}" if "raw_floor_us" in row
+                 else "not recorded | ")
+        lines.append(f"| {case} | `{row['variant']}` | {native} | {row['gpu_us']:.1f} | {row['softmax_us']:.2f} | "
+                     f"{torch_us} | {ratio} | {python_path} | {row['build_launch_us']:.2f} | {floor} |")
     return lines
 
 

@@ -19,6 +19,9 @@ GPU time would fill the launch queue), median over interleaved rounds, for
 
 - ``softmax_us``: ``autotuner.runtime.softmax(x)``, the goal's figure (output allocated per call);
 - ``softmax_package_us``: ``autotuner.softmax(x)``, the package-level wrapper;
+- ``softmax_python_path_us`` (plans with the native module): the same plan without it, as a host
+  where the module is not built runs it (the run builds it first unless ``--no-native``;
+  ``native_build`` in the JSON says how long that took);
 - ``build_launch_us``: the build's ``launch(x, out)`` with the output preallocated;
 - ``raw_floor_us``: the same kernel launches, recorded from one ``launch(x, out)`` and issued again as
   they were (CUDA: one ``cupy.cuda.driver.launchKernel`` call with the arguments packed once; Triton:
@@ -182,7 +185,8 @@ def run_case(label: str, m: int, n: int, dtype: str, forced: str | None, rounds:
         runtime.softmax(x)  # compiles, makes the plan
         build = runtime.build_for(variant, config, dtype, n)
     plan = runtime._plans[(device, (m, n), x.dtype)]
-    result = {"variant": variant, "config": config, "plan_replays": bool(getattr(plan, "replays", False))}
+    result = {"variant": variant, "config": config, "plan_replays": bool(getattr(plan, "replays", False)),
+              "plan_native": bool(getattr(plan, "native", False))}
 
     y = runtime.softmax(x)
     check = check_softmax(y, x, dtype)
@@ -199,6 +203,16 @@ def run_case(label: str, m: int, n: int, dtype: str, forced: str | None, rounds:
         "softmax_package_us": lambda: autotuner.softmax(x),
         "build_launch_us": lambda: build.launch(x, out),
     }
+    if result["plan_native"]:  # the same plan without the native module: what it saves, side by side
+        from kernels import native, replay_plan
+
+        module = native.load()
+        native._loaded["module"] = None  # the plan as made where the module is not built
+        try:
+            python_plan = replay_plan._make_plan(device, build.launch, replay_plan._replay_code(build.launch, x, out))
+        finally:
+            native._loaded["module"] = module
+        fns["softmax_python_path_us"] = lambda: python_plan(x)
     replayable = bool(calls) and all(c is not None for c in calls)
     if replayable:
         floor = [c.replay for c in calls]
@@ -463,6 +477,8 @@ def environment() -> dict:
 
 def summary(result: dict) -> str:
     lines = []
+    if "native_build" in result:
+        lines.append(f"native module: {result['native_build']}")
     lookup = result.get("lookup", {})
     if "error" in lookup:
         lines.append(f"lookup ERROR {lookup['error']}")
@@ -477,13 +493,29 @@ def summary(result: dict) -> str:
             lines.append(f"{label:34s} ERROR {case['error']}")
             continue
         figures = "  ".join(f"{k.removesuffix('_us')} {case[k]:6.2f}" for k in (
-            "softmax_us", "torch_softmax_us", "softmax_over_torch", "raw_floor_us", "overhead_us", "build_launch_us",
+            "softmax_us", "torch_softmax_us", "softmax_over_torch", "softmax_python_path_us", "raw_floor_us",
+            "overhead_us", "build_launch_us",
             "raw_cupy_us", "raw_triton_getitem_us", "softmax_package_us", "gpu_us") if k in case)
         ok = "ok" if case.get("softmax_correct") and case.get("raw_floor_correct", True) else "WRONG"
-        lines.append(f"{label:34s} {case['variant']:24s} replay={case['plan_replays']!s:5s} {ok:5s} {figures}")
+        lines.append(f"{label:34s} {case['variant']:24s} replay={case['plan_replays']!s:5s} "
+                     f"native={case.get('plan_native')!s:5s} {ok:5s} {figures}")
     for name, outcome in result.get("checks", {}).items():
         lines.append(f"check {'ok  ' if outcome['ok'] else 'FAIL'} {name}: {outcome['detail']}")
     return "\n".join(lines)
+
+
+def build_native() -> dict:
+    """Build the native launch module (kernels.native) as a user would, timed; its outcome."""
+    from kernels import native
+
+    started = time.perf_counter()
+    try:
+        path = native.build()
+    except native.NativeBuildError as exc:
+        return {"built": False, "error": str(exc)[-2000:]}
+    native.reset()
+    return {"built": True, "seconds": round(time.perf_counter() - started, 1), "path": str(path),
+            "loaded": native.load() is not None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -492,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the JSON here as well")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile check")
     parser.add_argument("--quick", action="store_true", help="fewer timing rounds")
+    parser.add_argument("--no-native", action="store_true",
+                        help="do not build the native launch module (plans use it only where built)")
     args = parser.parse_args(argv)
 
     result: dict = {"environment": environment()}
@@ -514,6 +548,8 @@ def main(argv: list[str] | None = None) -> int:
         result["lookup"] = lookup_figures(gpu)
     except Exception as exc:  # noqa: BLE001
         result["lookup"] = {"error": f"{type(exc).__name__}: {exc}"}
+    if have_gpu and not args.no_native:
+        result["native_build"] = build_native()
     if have_gpu:
         rounds = 5 if args.quick else 15
         result["host_overhead"] = {}

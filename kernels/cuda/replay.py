@@ -8,9 +8,12 @@ any other pointer refuses the replay.
 """
 from __future__ import annotations
 
+import struct
 from typing import Any
 
-from kernels.cuda.packing import ParamBuffer
+from kernels.cuda.packing import ParamBuffer, slot_format
+
+_KIND_SIZES = {"P": 8, "Q": 8, "q": 8, "d": 8, "I": 4, "i": 4, "f": 4, "H": 2, "h": 2, "B": 1, "b": 1}
 
 
 # Buffers a variant keeps for one stream and never frees (cuda_grid_split's slots and ticket
@@ -96,6 +99,25 @@ class CudaLaunch:
             f"buffer{tag}.params, 0)",
         ]
         return guard, statements, names
+
+    def native_launch(self, x_ptr: int, out_ptr: int) -> Any:
+        """This launch for the native module (``kernels.native.NativeLaunch``), ``x_ptr`` and
+        ``out_ptr`` patched per call; None where it takes any other pointer but null (a workspace or
+        a stream's buffer: the native path keeps no guard)."""
+        from kernels.native import NativeLaunch
+
+        values, x_slots, out_slots = [], [], []
+        for index, (kind, value) in enumerate(zip(self.launcher.kinds, self.args)):
+            if kind == "P" and value and value in (x_ptr, out_ptr):
+                (x_slots if value == x_ptr else out_slots).append(index)
+                value = 0
+            elif kind == "P" and value:
+                return None
+            values.append(value)
+        slots = struct.pack(slot_format(self.launcher.kinds), *values)
+        sizes = tuple(_KIND_SIZES[kind] for kind in self.launcher.kinds)
+        return NativeLaunch(self.handle, self.grid, self.launcher.block, self.shared_mem, slots, x_slots, out_slots,
+                            sizes)
 
     def bind(self, x_ptr: int, out_ptr: int) -> Any:
         """``fn(xp, op, stream)``: this launch with new pointers on ``stream``; None as for

@@ -16,6 +16,7 @@ not part of a variant's source hash (``common.TritonVariant.source_files``).
 from __future__ import annotations
 
 import os
+import struct
 import time
 from functools import lru_cache
 from typing import Any, Sequence
@@ -247,6 +248,10 @@ class Launcher:
 
 
 # --- recording and replay -------------------------------------------------------------------------
+
+# Triton scalar types -> ``struct`` format of one 8-byte argument slot (value first, then padding)
+_SCALAR_SLOTS = {"i1": "b7x", "i8": "b7x", "u8": "B7x", "i16": "h6x", "u16": "H6x", "i32": "i4x", "u32": "I4x",
+                 "i64": "q", "u64": "Q", "fp32": "f4x", "fp64": "d"}
 # kernels.launch_record: ``recording(calls)`` collects this layer's launch records.
 
 
@@ -308,6 +313,50 @@ class TritonLaunch:
         gx, gy, gz = self.grid
         statement = f"run{tag}({gx}, {gy}, {gz}, stream, function{tag}, metadata{tag}, None, None, None, {args})"
         return guard, [statement], names
+
+    def native_launch(self, x_ptr: int, out_ptr: int) -> Any:
+        """This launch for the native module (``kernels.native.NativeLaunch``), derived from the
+        compiled kernel's signature (constexprs, values Triton specialised to constants, dropped)
+        and metadata: a block of 32 x num_warps threads, its shared memory, then up to two null
+        scratch pointers, confirmed against the driver's parameter sizes before any launch. None
+        where the kernel needs more than a plain launch (clusters, cooperative or PDL launch,
+        scratch memory), its signature is not at hand, or a pointer is neither x, out nor null."""
+        from kernels.native import NativeLaunch
+
+        metadata = getattr(self.kernel, "metadata", None)
+        signature = getattr(getattr(self.kernel, "src", None), "signature", None)
+        if metadata is None or not isinstance(signature, dict):
+            return None
+        if getattr(metadata, "num_ctas", 1) != 1 or getattr(metadata, "launch_cooperative_grid", False) \
+                or getattr(metadata, "launch_pdl", False) or getattr(metadata, "global_scratch_size", 0) \
+                or getattr(metadata, "profile_scratch_size", 0):
+            return None
+        types = list(signature.values())
+        if len(types) != len(self.values) + len(self.consts) or \
+                any(kind != "constexpr" for kind in types[len(self.values):]):
+            return None
+        formats, values, x_slots, out_slots = [], [], [], []
+        for kind, value in zip(types, self.values):
+            if kind == "constexpr":
+                continue
+            if kind.startswith("*"):
+                if value and value not in (x_ptr, out_ptr):
+                    return None
+                if value:
+                    (x_slots if value == x_ptr else out_slots).append(len(values))
+                formats.append("Q")
+                values.append(0)
+                continue
+            slot = _SCALAR_SLOTS.get(kind)
+            if slot is None:
+                return None
+            formats.append(slot)
+            values.append(value)
+        slots = struct.pack("<" + "".join(formats), *values)
+        sizes = tuple(struct.calcsize(slot[0]) for slot in formats)
+        block = (32 * metadata.num_warps, 1, 1)
+        return NativeLaunch(self.function, self.grid, block, metadata.shared, slots, x_slots, out_slots, sizes,
+                            trailing_nulls=2, checked=True)
 
     def bind(self, x_ptr: int, out_ptr: int) -> Any:
         """``fn(xp, op, stream)``: this launch with new pointers on ``stream``; through

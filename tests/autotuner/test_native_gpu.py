@@ -1,0 +1,113 @@
+"""The native launch module on the GPU: built as a user builds it, every variant's plans through it
+give the bits the build's own launch gives, on any stream, and the dispatched small shapes (the
+host-cost targets) take it."""
+from __future__ import annotations
+
+import pytest
+
+import kernels
+from kernels.reference import check_softmax, edge_input, random_input
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = ((1, 4096), (8, 1024), (5, 7), (3, 50257))
+# kernels keeping a buffer per stream (kernels/cuda/slot_workspace.py): replayed under a stream guard,
+# never native (the native path keeps no guard)
+STREAM_BUFFER_VARIANTS = ("cuda_grid_split", "cuda_long_split")
+
+
+@pytest.fixture(scope="module")
+def native_module(tmp_path_factory):
+    from kernels import native
+
+    previous = native.os.environ.get(native.CACHE_ENV)
+    native.os.environ[native.CACHE_ENV] = str(tmp_path_factory.mktemp("native-cache"))
+    try:
+        try:
+            native.build()
+        except native.NativeBuildError as exc:
+            if "no C++ compiler" in str(exc):
+                pytest.skip(str(exc))
+            raise
+        native.reset()
+        module = native.load()
+        assert module is not None
+        yield module
+    finally:
+        if previous is None:
+            native.os.environ.pop(native.CACHE_ENV, None)
+        else:
+            native.os.environ[native.CACHE_ENV] = previous
+        native.reset()
+
+
+def _bits(tensor):
+    import torch
+
+    return tensor.contiguous().view(torch.uint8)
+
+
+def test_native_plan_on_edge_rows_and_misaligned_input(native_module):
+    import torch
+
+    from autotuner import runtime, softmax
+
+    x = edge_input(4096, "fp16")
+    runtime._plans.pop((x.get_device(), tuple(x.shape), x.dtype), None)  # made before the module loaded
+    y = softmax(x)
+    assert runtime._plans[(x.get_device(), tuple(x.shape), x.dtype)].native
+    assert torch.equal(torch.isnan(y), torch.isnan(torch.softmax(x, -1)))
+    assert check_softmax(y, x, "fp16").ok
+    base = random_input(1, 7 * 4096 + 1, "fp16")
+    shifted = base[0, 1:].view(7, 4096)
+    assert shifted.data_ptr() % 16
+    assert check_softmax(softmax(shifted), shifted, "fp16").ok
+
+
+@pytest.mark.parametrize("m, n, dtype", [(1, 4096, "fp16"), (8, 1024, "bf16")])
+def test_dispatched_small_shapes_take_the_native_path(native_module, m, n, dtype):
+    from autotuner import runtime, softmax
+
+    x = random_input(m, n, dtype)
+    runtime._plans.pop((x.get_device(), (m, n), x.dtype), None)  # made before the module loaded
+    assert check_softmax(softmax(x), x, dtype).ok
+    plan = runtime._plans[(x.get_device(), (m, n), x.dtype)]
+    assert plan.native, "the host-cost targets' shapes must take the native path"
+
+
+@pytest.mark.parametrize("variant_name", [v.name for v in kernels.all_variants()])
+def test_native_plans_give_the_bits_of_the_builds_own_launch(native_module, variant_name):
+    import torch
+
+    from kernels.replay_plan import plan_for_build
+
+    variant = kernels.get_variant(variant_name)
+    if not variant.available():
+        pytest.skip(variant.available().reason)
+    checked = natives = replays = 0
+    for dtype in variant.dtypes:
+        for m, n in SHAPES:
+            configs = [c for c in variant.all_configs() if variant.supports(m, n, dtype, c)]
+            for config in configs[len(configs) // 2:][:1]:  # one config per shape: compiles cost seconds
+                build = variant.build(config, dtype, n)
+                x = random_input(m, n, dtype)
+                plan = plan_for_build(x.get_device(), x, build)
+                expected = torch.empty_like(x)
+                build.launch(x, expected)
+                got = [plan(x)]
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    got.append(plan(x))
+                torch.cuda.current_stream().wait_stream(side)
+                for y in got:
+                    assert torch.equal(_bits(y), _bits(expected)), f"{config} {dtype} {m}x{n} native={plan.native}"
+                result = check_softmax(got[0], x, dtype)
+                assert result.ok, f"{config} {dtype} {m}x{n}: {result.message}"
+                checked += 1
+                natives += plan.native
+                replays += plan.replays
+    if not checked:
+        pytest.skip(f"{variant_name} supports none of {SHAPES}")
+    if variant_name not in STREAM_BUFFER_VARIANTS:  # every launch our layers replay, the module takes
+        assert natives == replays, f"{variant_name}: {replays} plans replay, {natives} of them native"
