@@ -8,9 +8,11 @@ only what depends on the exact shape is done per lookup:
 - the neighbours' weights, per lookup; inside a fully measured cell, or on a line between two
   measured points of it, from a closed form kept per such place (:meth:`Layout.cell`), elsewhere
   line by line (:func:`stencil_by_lines`);
-- which allowed candidates are complete, partial or left out for a gap there, and which complete
-  ones cannot win whatever the weights: a :func:`plan`, kept by the table per (neighbours, allowed
-  candidates), which the shapes of one cell share.
+- which allowed candidates are complete, partial or left out for a gap there, the partial ones
+  grouped by the neighbours they were measured at (the fit moves a group's members by one offset,
+  so :func:`fit_offsets` runs over groups, not candidates), and which candidates cannot win whatever
+  the weights: a :func:`plan`, kept by the table per (neighbours, allowed candidates), which the
+  shapes of one cell share.
 
 Every float the rule computes is computed by the same operations in the same order (sums by ``sum``
 over the same sequence), so the answers are the rule's own to the last bit whichever way they are
@@ -218,38 +220,60 @@ def _on_line(corners: tuple[tuple[int, int], ...], along: float) -> tuple[tuple[
 
 def plan(log_regrets: Sequence[Sequence[float | None]], gaps: frozenset[int], allowed: Sequence[int]) -> tuple:
     """What :func:`best` needs at one set of neighbours for the ``allowed`` candidates, independent
-    of the weights: (contenders, entries, column sums). ``log_regrets`` holds one row per neighbour,
-    ``gaps`` the candidates with a gap at one of them. Where no candidate is partial (has values at
-    some neighbours only, none of them gaps), the weighted means alone decide: ``contenders`` lists
-    the complete candidates that are not dominated as (smallest log regret, index, log regrets), in
-    that order. Otherwise ``contenders`` is None and ``best`` runs the fit over the ``entries``
-    (index, log regrets, partial or not) of the candidates measured at some neighbour and not left
-    out for a gap, in ``allowed``'s order, with the complete ones' sums per neighbour."""
+    of the weights: (contenders, fit). ``log_regrets`` holds one row per neighbour, ``gaps`` the
+    candidates with a gap at one of them.
+
+    Where no candidate is partial (has values at some neighbours only, none of them gaps), the
+    weighted means alone decide: ``contenders`` lists the complete candidates that are not dominated
+    as (smallest log regret, index, log regrets), in that order, and ``fit`` is None. Otherwise
+    ``contenders`` is None and ``fit`` holds what :func:`fit_offsets` and the final ranking need:
+    (number of complete candidates, their sums per neighbour, the complete contenders as (index, log
+    regrets), the partial candidates grouped by the neighbours they were measured at). A group is
+    (neighbours, size, its members' log regrets summed per neighbour, contenders as (index, log
+    regrets at those neighbours)). Contenders are the candidates not dominated within their group: a
+    candidate whose smallest log regret exceeds another's largest by more than ``_DOMINATED`` has the
+    larger weighted mean whatever the weights, and the fit moves every member of a group by the same
+    offset."""
     columns = list(zip(*log_regrets))
-    complete, partial = [], False
-    entries = []
+    complete: list[tuple[int, tuple[float, ...]]] = []
+    patterns: dict[tuple[int, ...], list[tuple[int, tuple[float, ...]]]] = {}
     for i in allowed:
         values = columns[i]
         if None not in values:
             complete.append((i, values))
-            entries.append((i, values, False))
-        elif i not in gaps and any(value is not None for value in values):
-            partial = True
-            entries.append((i, values, True))
-    if partial:
-        sums = [sum(column) for column in zip(*(values for _, values in complete))] if complete \
-            else [0.0] * len(log_regrets)
-        return None, tuple(entries), sums
-    if not complete:
-        return (), None, None
-    ceiling = min(max(values) for _, values in complete) + _DOMINATED
-    return tuple(sorted((min(values), i, values) for i, values in complete if min(values) <= ceiling)), None, None
+        elif i not in gaps:
+            where = tuple(p for p, value in enumerate(values) if value is not None)
+            if where:
+                patterns.setdefault(where, []).append((i, tuple(values[p] for p in where)))
+    if not patterns:
+        if not complete:
+            return (), None
+        ceiling = min(max(values) for _, values in complete) + _DOMINATED
+        return tuple(sorted((min(values), i, values) for i, values in complete if min(values) <= ceiling)), None
+    sums = [sum(column) for column in zip(*(values for _, values in complete))] if complete \
+        else [0.0] * len(log_regrets)
+    groups = tuple((where, len(members), _sums(members), _undominated(members)) for where, members in patterns.items())
+    return None, (len(complete), sums, _undominated(complete), groups)
+
+
+def _sums(members: Sequence[tuple[int, tuple[float, ...]]]) -> tuple[float, ...]:
+    """The members' log regrets summed per neighbour, in the members' order."""
+    return tuple(sum(column) for column in zip(*(values for _, values in members)))
+
+
+def _undominated(members: Sequence[tuple[int, tuple[float, ...]]]) -> tuple[tuple[int, tuple[float, ...]], ...]:
+    """The members whose smallest log regret is within ``_DOMINATED`` of the lowest largest one, in
+    their order (empty for no members)."""
+    if not members:
+        return ()
+    ceiling = min(max(values) for _, values in members) + _DOMINATED
+    return tuple((i, values) for i, values in members if min(values) <= ceiling)
 
 
 def best(plan_: tuple, weights: Sequence[float]) -> int | None:
     """The candidate with the smallest fitted log regret (ties: the lower index), or None if no
     allowed candidate was measured at a neighbour without a gap."""
-    contenders, entries, column_sums = plan_
+    contenders, fit = plan_
     if contenders is not None:
         if len(contenders) == 1:
             return contenders[0][1]
@@ -261,30 +285,31 @@ def best(plan_: tuple, weights: Sequence[float]) -> int | None:
             if chosen is None or theta < chosen_theta or (theta == chosen_theta and i < chosen):
                 chosen, chosen_theta = i, theta
         return chosen
-    # each candidate's weighted mean log regret over the neighbours where it was measured; the
-    # candidates measured at every neighbour (complete) and the others (partial) kept apart for
-    # fit_effects
-    theta: dict[int, float] = {}
-    complete: list[tuple[float, ...]] = []
-    partial: dict[int, tuple[float | None, ...]] = {}
-    for i, values, is_partial in entries:
-        if not is_partial:
-            complete.append(values)
-            theta[i] = sum(map(_mul, weights, values))
+    count, column_sums, complete, groups = fit
+    shift, offsets = fit_offsets(weights, count, column_sums, groups)
+    chosen = chosen_theta = None
+    for i, values in complete:
+        theta = sum(map(_mul, weights, values)) - shift
+        if chosen is None or theta < chosen_theta or (theta == chosen_theta and i < chosen):
+            chosen, chosen_theta = i, theta
+    for (where, _, _, members), offset in zip(groups, offsets):
+        if offset is None:  # no weight where this group was measured
             continue
-        total = covered = 0.0
-        for value, weight in zip(values, weights):
-            if value is not None:
-                total += weight * value
-                covered += weight
-        if covered:
-            partial[i] = values
-            theta[i] = total / covered
-    if not theta:
-        return None
-    if partial:
-        fit_effects(weights, complete, partial, theta, column_sums)
-    return min(theta, key=lambda i: (theta[i], i))
+        for i, values in members:
+            theta = _partial_mean(weights, where, values) - offset
+            if chosen is None or theta < chosen_theta or (theta == chosen_theta and i < chosen):
+                chosen, chosen_theta = i, theta
+    return chosen
+
+
+def _partial_mean(weights: Sequence[float], where: Sequence[int], values: Sequence[float]) -> float:
+    """A partial candidate's weighted mean log regret over the neighbours ``where`` it was measured."""
+    total = covered = 0.0
+    for p, value in zip(where, values):
+        weight = weights[p]
+        total += weight * value
+        covered += weight
+    return total / covered
 
 
 def predicted_us(log_times: Sequence[float | None], weights: Sequence[float]) -> float:
@@ -298,39 +323,67 @@ def predicted_us(log_times: Sequence[float | None], weights: Sequence[float]) ->
     return math.exp(log_time / weight_sum)
 
 
+def fit_offsets(weights: Sequence[float], count: int, column_sums: Sequence[float],
+                groups: Sequence[tuple]) -> tuple[float, list[float | None]]:
+    """local-regret's log r[p, c] ~ mu[p] + theta[c], fitted by alternating weighted least squares
+    from theta = each candidate's weighted mean over its neighbours: FIT_PASSES updates of mu (the
+    mean of r - theta over the candidates measured at p), then of theta. A candidate's fitted theta
+    is its weighted mean less the weighted mean of mu over the neighbours where it was measured, so
+    every candidate measured at the same neighbours moves by the same offset: the fit runs over those
+    groups, not over candidates (a first lookup is on the dispatch path).
+
+    ``count`` complete candidates (measured at every neighbour) with their log regrets summed per
+    neighbour in ``column_sums``; ``groups`` of partial candidates as :func:`plan` makes them. Returns
+    (the complete candidates' offset, each group's offset, None where its neighbours have no weight)."""
+    complete_sum = sum(map(_mul, weights, column_sums))  # the complete candidates' weighted means, summed
+    base = [column_sum - complete_sum for column_sum in column_sums]  # sum of r - theta at p, before the fit
+    measured = [count] * len(column_sums)
+    live: list[tuple | None] = []
+    for where, size, member_sums, _ in groups:
+        group_weights = [weights[p] for p in where]
+        covered = sum(group_weights)
+        if not covered:
+            live.append(None)
+            continue
+        group_mean = sum(map(_mul, group_weights, member_sums)) / covered  # its members' weighted means, summed
+        for p, value in zip(where, member_sums):
+            base[p] += value - group_mean
+            measured[p] += size
+        live.append((where, size, group_weights, covered))
+    mu = [total / n if n else 0.0 for total, n in zip(base, measured)]  # the first pass: every offset 0
+    for _ in range(FIT_PASSES - 1):
+        shift, offsets = _offsets(weights, mu, live)
+        totals = [value + count * shift for value in base]
+        for group, offset in zip(live, offsets):
+            if group is not None:
+                added = group[1] * offset
+                for p in group[0]:
+                    totals[p] += added
+        mu = [total / n if n else 0.0 for total, n in zip(totals, measured)]
+    return _offsets(weights, mu, live)
+
+
+def _offsets(weights: Sequence[float], mu: Sequence[float], live: Sequence[tuple | None]) -> tuple[float, list[float | None]]:
+    """The weighted means of ``mu`` over every neighbour and over each live group's neighbours."""
+    return sum(map(_mul, weights, mu)), [
+        None if group is None else sum(map(_mul, group[2], [mu[p] for p in group[0]])) / group[3] for group in live]
+
+
 def fit_effects(weights: Sequence[float], complete: Sequence[Sequence[float]],
                 partial: Mapping[int, Sequence[float | None]], theta: dict[int, float],
                 column_sums: Sequence[float] | None = None) -> None:
-    """local-regret's log r[p, c] ~ mu[p] + theta[c] by alternating weighted least squares: from
-    theta = each candidate's mean over its neighbours, FIT_PASSES updates of mu (the mean of r - theta
-    over the candidates measured at p), then of theta; updates ``theta`` in place. ``complete`` holds
-    the log regrets (one per neighbour) of the candidates measured at every neighbour, ``partial``
-    those of the others by index (None where not measured). A complete candidate's theta is its mean
-    less sum_p w[p] mu[p] (the weights sum to 1), so only the partial ones are visited one by one:
-    a first lookup is on the dispatch path. ``column_sums``, the complete candidates' sums per
-    neighbour, may be given where they are kept."""
-    count = len(complete)
-    complete_sum = sum(theta.values()) - sum(theta[i] for i in partial)
+    """The fit of :func:`fit_offsets` over every candidate, as the rule states it: ``theta`` holds
+    each candidate's weighted mean log regret (``complete``: the log regrets of the candidates
+    measured at every neighbour; ``partial``: the others by index, None where not measured) and is
+    updated in place to the fitted values. :func:`best` reaches the same floats through a plan."""
     if column_sums is None:
         column_sums = [sum(column) for column in zip(*complete)] if complete else [0.0] * len(weights)
-    shift = 0.0  # sum_p w[p] mu[p]: what every complete candidate's theta loses
-    for _ in range(FIT_PASSES):
-        offset = []  # mu[p]
-        for p, column_sum in enumerate(column_sums):
-            total, measured = column_sum - complete_sum + count * shift, count
-            for i, values in partial.items():
-                if values[p] is not None:
-                    total += values[p] - theta[i]
-                    measured += 1
-            offset.append(total / measured if measured else 0.0)
-        shift = sum(map(_mul, weights, offset))
-        for i, values in partial.items():
-            total = weight_sum = 0.0
-            for value, weight, mu in zip(values, weights, offset):
-                if value is not None:
-                    total += weight * (value - mu)
-                    weight_sum += weight
-            theta[i] = total / weight_sum
+    patterns: dict[tuple[int, ...], list[tuple[int, tuple[float, ...]]]] = {}
+    for i, values in partial.items():
+        where = tuple(p for p, value in enumerate(values) if value is not None)
+        patterns.setdefault(where, []).append((i, tuple(values[p] for p in where)))
+    groups = [(where, len(members), _sums(members), ()) for where, members in patterns.items()]
+    shift, offsets = fit_offsets(weights, len(complete), column_sums, groups)
+    offset_of = {i: offset for members, offset in zip(patterns.values(), offsets) for i, _ in members}
     for i in theta:
-        if i not in partial:
-            theta[i] -= shift
+        theta[i] -= offset_of[i] if i in partial else shift

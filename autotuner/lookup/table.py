@@ -142,6 +142,7 @@ class DispatchTable:
         self._modulus = modulus if 0 < modulus <= 1024 else 0
         self._allowed_sets: dict[tuple, tuple[int, ...]] = {}
         self._layouts: dict[int, Layout] = {}
+        self._point_logs: dict[int, list[tuple[float, float]]] = {}  # class key -> (log2 m, log2 n) per point
         self._log_regret: dict[tuple[int, int], tuple[float | None, ...]] = {}
         self._log_times: dict[tuple[int, int], tuple[float | None, ...]] = {}
         self._gaps: dict[tuple[int, int], frozenset[int]] = {}
@@ -287,12 +288,25 @@ class DispatchTable:
         return gaps
 
     def _nearest(self, m: int, n: int, allowed: Sequence[int]) -> tuple[int, float | None, bool] | None:
+        """The fastest allowed candidate at the nearest point (log-distance; ties: the earlier point)
+        that measured one; the points' logs are kept per class."""
+        key, points = self._class_points(n)
+        logs = self._point_logs.get(key)
+        if logs is None:
+            logs = self._point_logs[key] = [(_log2(p["m"]), _log2(p["n"])) for p in points]
         lm, ln = _log2(m), _log2(n)
-        ranked = sorted(self._points_for(n), key=lambda p: (_log2(p["m"]) - lm) ** 2 + (_log2(p["n"]) - ln) ** 2)
-        for point in ranked:
-            best = _fastest(point["times"], allowed)
+        distances = [((pm - lm) ** 2 + (pn - ln) ** 2, index) for index, (pm, pn) in enumerate(logs)]
+        nearest = min(distances)[1] if distances else None
+        if nearest is not None:  # usually answers: the nearest point measured an allowed candidate
+            times = points[nearest]["times"]
+            best = _fastest(times, allowed)
             if best is not None:
-                return best, point["times"][best], False
+                return best, times[best], False
+        for _, index in sorted(distances):
+            times = points[index]["times"]
+            best = _fastest(times, allowed)
+            if best is not None:
+                return best, times[best], False
         return None
 
     def _interpolated(self, m: int, n: int, allowed: Sequence[int]) -> tuple[int, float, bool] | None:
