@@ -226,7 +226,7 @@ def runtime(sources: dict) -> list[str]:
             continue
         torch_us = f"{row['torch_softmax_us']:.2f}" if "torch_softmax_us" in row else "not timed"
         ratio = f"{row['softmax_over_torch']:.2f}" if "softmax_over_torch" in row else ""
-        native = "yes" if row.get("plan_native") else "no"
+        native = "not in this run" if "plan_native" not in row else "yes" if row["plan_native"] else "no"
         python_path = f"{row['softmax_python_path_us']:.2f}" if "softmax_python_path_us" in row else ""
         floor = (f"{row['raw_floor_us']:.2f} | {row['overhead_us']:+.2f}" if "raw_floor_us" in row
                  else "not recorded | ")
