@@ -207,7 +207,7 @@ def _choice(variant: str, config_items: tuple[tuple[str, Any], ...], predicted_u
             dtype: str, source: str, exact: bool) -> KernelChoice:
     """``KernelChoice(variant, ..., exact)`` with its fields set in one step, not one
     ``object.__setattr__`` call per field as the frozen dataclass's ``__init__`` does: 0.35 µs against
-    0.8 µs on the CPU machine, of a first lookup of about 7 µs. tests/autotuner/test_select.py checks
+    0.8 µs on the CPU machine, of a first lookup of 7-30 µs. tests/autotuner/test_select.py checks
     that the two agree field for field."""
     choice = _new_object(KernelChoice)
     choice.__dict__.update({"variant": variant, "config_items": config_items, "predicted_us": predicted_us,
