@@ -6,11 +6,18 @@
 # calls' "sweep part" lines. Each call exports every run so far to $OUT/h100_domain.json.gz.
 #   call 1:  FRESH=1 bash scripts/device_run.sh bash scripts/device_domain_sweep.sh
 #   call 2+: bash scripts/device_run.sh bash scripts/device_domain_sweep.sh    (until it prints "finished")
+# On a fresh machine (the last one went back, and /tmp with it) RESUME_FROM=<an earlier call's export,
+# e.g. bench/data/domain_sweep_h100.json.gz> imports it first, so the rerun skips what it holds: rows
+# count as done for the same GPU model, environment fingerprint (driver, CUDA, torch, triton, cupy,
+# Python) and source hashes.
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 db=/tmp/h100_domain_sweep.sqlite
 [ "${FRESH:-0}" = 1 ] && rm -f "$db"
+if [ ! -f "$db" ] && [ -n "${RESUME_FROM:-}" ]; then
+  python -m autotuner import "$RESUME_FROM" --db "$db" 2>&1 | tail -n 1
+fi
 started=$(date +%s)
 timeout -s INT "${CALL_S:-540}" python -m autotuner sweep --gpu h100 --db "$db" >"$out/domain_sweep.log" 2>&1
 rc=$?
