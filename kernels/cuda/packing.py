@@ -2,6 +2,8 @@
 per-thread buffer the driver reads them from. Pure Python (ctypes, struct); numpy on first use."""
 from __future__ import annotations
 
+import struct
+
 # Kernel parameter kinds: one character each. Every parameter takes an 8-byte slot of the buffer
 # (the kernel reads sizeof(T) bytes from the slot's address, so 4-byte values are padded).
 SLOTS = {
@@ -11,6 +13,8 @@ SLOTS = {
     "H": "H6x", "h": "h6x", "B": "B7x", "b": "b7x",
     "f": "f4x", "d": "d",
 }
+# each kind's value size in bytes (what the kernel reads from its slot): the slot format's first field
+KIND_SIZES = {kind: struct.calcsize("<" + slot[0]) for kind, slot in SLOTS.items()}
 NUMPY_KINDS: dict[type, str] = {}  # numpy scalar type -> kind, filled on first use
 
 

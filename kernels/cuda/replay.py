@@ -8,12 +8,9 @@ any other pointer refuses the replay.
 """
 from __future__ import annotations
 
-import struct
 from typing import Any
 
-from kernels.cuda.packing import ParamBuffer, slot_format
-
-_KIND_SIZES = {"P": 8, "Q": 8, "q": 8, "d": 8, "I": 4, "i": 4, "f": 4, "H": 2, "h": 2, "B": 1, "b": 1}
+from kernels.cuda.packing import ParamBuffer
 
 
 # Buffers a variant keeps for one stream and never frees (cuda_grid_split's slots and ticket
@@ -114,10 +111,8 @@ class CudaLaunch:
             elif kind == "P" and value:
                 return None
             values.append(value)
-        slots = struct.pack(slot_format(self.launcher.kinds), *values)
-        sizes = tuple(_KIND_SIZES[kind] for kind in self.launcher.kinds)
-        return NativeLaunch(self.handle, self.grid, self.launcher.block, self.shared_mem, slots, x_slots, out_slots,
-                            sizes)
+        return NativeLaunch(self.handle, self.grid, self.launcher.block, self.shared_mem, self.launcher.kinds, values,
+                            x_slots, out_slots)
 
     def bind(self, x_ptr: int, out_ptr: int) -> Any:
         """``fn(xp, op, stream)``: this launch with new pointers on ``stream``; None as for

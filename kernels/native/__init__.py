@@ -19,13 +19,14 @@ import importlib.machinery
 import importlib.util
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 MODULE_NAME = "_softmax_native"
 SOURCE = Path(__file__).with_name("softmax_native.cpp")
@@ -145,20 +146,24 @@ def reset() -> None:
 
 class NativeLaunch(tuple):
     """One launch as ``make_plan`` takes it: (function, grid, block, shared_mem, slots, x_slots,
-    out_slots), where ``slots`` holds every argument in an 8-byte slot (x and out as 0, patched per
-    call). ``sizes`` is each argument's size as derived; ``trailing_nulls`` the most null pointers the
-    kernel may take after them (Triton's scratch arguments), filled in by ``plan_launches``; ``checked``
-    says whether the layout must be confirmed by the driver (``param_sizes``) before a launch."""
+    out_slots), where ``slots`` holds every argument in an 8-byte slot as ``kernels.cuda.packing``
+    packs a parameter of its kind (x and out as 0, patched per call). ``sizes`` is each argument's
+    size by its kind; ``trailing_nulls`` the most null pointers the kernel may take after them
+    (Triton's scratch arguments), filled in by ``plan_launches``; ``checked`` says whether the layout
+    must be confirmed by the driver (``param_sizes``) before a launch."""
 
     sizes: tuple[int, ...]
     trailing_nulls: int
     checked: bool
 
-    def __new__(cls, function: int, grid: tuple, block: tuple, shared_mem: int, slots: bytes, x_slots: tuple,
-                out_slots: tuple, sizes: tuple[int, ...], trailing_nulls: int = 0, checked: bool = False):
+    def __new__(cls, function: int, grid: tuple, block: tuple, shared_mem: int, kinds: str, values: Sequence[Any],
+                x_slots: Sequence[int], out_slots: Sequence[int], trailing_nulls: int = 0, checked: bool = False):
+        from kernels.cuda.packing import KIND_SIZES, slot_format
+
+        slots = struct.pack(slot_format(kinds), *values)
         self = super().__new__(cls, (function, tuple(grid), tuple(block), shared_mem, slots, tuple(x_slots),
                                      tuple(out_slots)))
-        self.sizes, self.trailing_nulls, self.checked = tuple(sizes), trailing_nulls, checked
+        self.sizes, self.trailing_nulls, self.checked = tuple(KIND_SIZES[kind] for kind in kinds), trailing_nulls, checked
         return self
 
 

@@ -16,7 +16,6 @@ not part of a variant's source hash (``common.TritonVariant.source_files``).
 from __future__ import annotations
 
 import os
-import struct
 import time
 from functools import lru_cache
 from typing import Any, Sequence
@@ -249,9 +248,9 @@ class Launcher:
 
 # --- recording and replay -------------------------------------------------------------------------
 
-# Triton scalar types -> ``struct`` format of one 8-byte argument slot (value first, then padding)
-_SCALAR_SLOTS = {"i1": "b7x", "i8": "b7x", "u8": "B7x", "i16": "h6x", "u16": "H6x", "i32": "i4x", "u32": "I4x",
-                 "i64": "q", "u64": "Q", "fp32": "f4x", "fp64": "d"}
+# Triton scalar types -> the parameter kind (``kernels.cuda.packing``) a launch packs them as
+_SCALAR_KINDS = {"i1": "b", "i8": "b", "u8": "B", "i16": "h", "u16": "H", "i32": "i", "u32": "I",
+                 "i64": "q", "u64": "Q", "fp32": "f", "fp64": "d"}
 # kernels.launch_record: ``recording(calls)`` collects this layer's launch records.
 
 
@@ -335,7 +334,7 @@ class TritonLaunch:
         if len(types) != len(self.values) + len(self.consts) or \
                 any(kind != "constexpr" for kind in types[len(self.values):]):
             return None
-        formats, values, x_slots, out_slots = [], [], [], []
+        kinds, values, x_slots, out_slots = [], [], [], []
         for kind, value in zip(types, self.values):
             if kind == "constexpr":
                 continue
@@ -344,19 +343,16 @@ class TritonLaunch:
                     return None
                 if value:
                     (x_slots if value == x_ptr else out_slots).append(len(values))
-                formats.append("Q")
+                kinds.append("P")
                 values.append(0)
                 continue
-            slot = _SCALAR_SLOTS.get(kind)
-            if slot is None:
+            if kind not in _SCALAR_KINDS:
                 return None
-            formats.append(slot)
+            kinds.append(_SCALAR_KINDS[kind])
             values.append(value)
-        slots = struct.pack("<" + "".join(formats), *values)
-        sizes = tuple(struct.calcsize(slot[0]) for slot in formats)
         block = (32 * metadata.num_warps, 1, 1)
-        return NativeLaunch(self.function, self.grid, block, metadata.shared, slots, x_slots, out_slots, sizes,
-                            trailing_nulls=2, checked=True)
+        return NativeLaunch(self.function, self.grid, block, metadata.shared, "".join(kinds), values, x_slots,
+                            out_slots, trailing_nulls=2, checked=True)
 
     def bind(self, x_ptr: int, out_ptr: int) -> Any:
         """``fn(xp, op, stream)``: this launch with new pointers on ``stream``; through

@@ -86,14 +86,14 @@ class FakeModule:
 
 
 def test_a_layout_goes_native_only_as_the_driver_reports_it():
-    triton = NativeLaunch(1, (1, 1, 1), (32, 1, 1), 0, bytes(16), (0,), (1,), (8, 8), trailing_nulls=2, checked=True)
+    triton = NativeLaunch(1, (1, 1, 1), (32, 1, 1), 0, "PP", (0, 0), (0,), (1,), trailing_nulls=2, checked=True)
     module = FakeModule((8, 8, 8, 8))  # two scratch pointers after the arguments: appended as nulls
     assert plan_launches(module, [triton]) == "plan" and module.made[0][4] == bytes(32)
     assert plan_launches(FakeModule((8, 8)), [triton]) == "plan"
     assert plan_launches(FakeModule((8, 4)), [triton]) is None  # sizes differ
     assert plan_launches(FakeModule((8, 8, 8, 8, 8)), [triton]) is None  # more than the nulls allowed
     assert plan_launches(FakeModule(None), [triton]) is None  # a driver that cannot tell: Triton refused
-    cuda = NativeLaunch(1, (1, 1, 1), (32, 1, 1), 0, bytes(16), (0,), (1,), (8, 8))
+    cuda = NativeLaunch(1, (1, 1, 1), (32, 1, 1), 0, "PP", (0, 0), (0,), (1,))
     assert plan_launches(FakeModule(None), [cuda]) == "plan"  # our own kinds, as the Python path trusts them
     assert plan_launches(FakeModule((8, 8, 8)), [cuda]) is None
 
