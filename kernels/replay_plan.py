@@ -13,6 +13,7 @@ Imports torch (only ``autotuner.runtime`` imports this module, on the first soft
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -168,22 +169,13 @@ def _native_plan(calls: list, rows: Any, out: Any) -> Any:
             return None
         got = module.run(rows, torch._C._cuda_getCurrentRawStream(rows.get_device()), native)
     except (RuntimeError, SystemError, TypeError, ValueError) as exc:  # a module built wrong: Python path
-        _warn_once(f"the native launch module failed ({type(exc).__name__}: {exc}); softmax() takes the Python path")
+        # shown once per message by the warnings filters' default
+        warnings.warn(f"the native launch module failed ({type(exc).__name__}: {exc}); softmax() takes the "
+                      f"Python path", RuntimeWarning, stacklevel=3)
         return None
     if got is None or not torch.equal(got.view(torch.uint8), out.view(torch.uint8)):
         return None
     return native
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    import warnings
-
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 def plan_for_build(device: int, rows: Any, build: Any) -> Callable[[Any], Any]:
