@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 import math
 import operator
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 FIT_PASSES = 2  # neighbour-effect updates (more change no pick on the recorded sweeps)
 # local-regret-clamped reads a row (one M, along N) that ends before the query's N at its nearest end
@@ -236,24 +236,39 @@ def plan(log_regrets: Sequence[Sequence[float | None]], gaps: frozenset[int], al
     offset."""
     columns = list(zip(*log_regrets))
     complete: list[tuple[int, tuple[float, ...]]] = []
-    patterns: dict[tuple[int, ...], list[tuple[int, tuple[float, ...]]]] = {}
+    partial: list[tuple[int, tuple[float | None, ...]]] = []
     for i in allowed:
         values = columns[i]
         if None not in values:
             complete.append((i, values))
         elif i not in gaps:
-            where = tuple(p for p, value in enumerate(values) if value is not None)
-            if where:
-                patterns.setdefault(where, []).append((i, tuple(values[p] for p in where)))
+            partial.append((i, values))
+    patterns = _by_neighbours(partial)
     if not patterns:
         if not complete:
             return (), None
         ceiling = min(max(values) for _, values in complete) + _DOMINATED
         return tuple(sorted((min(values), i, values) for i, values in complete if min(values) <= ceiling)), None
-    sums = [sum(column) for column in zip(*(values for _, values in complete))] if complete \
-        else [0.0] * len(log_regrets)
+    sums = _column_sums([values for _, values in complete], len(log_regrets))
     groups = tuple((where, len(members), _sums(members), _undominated(members)) for where, members in patterns.items())
     return None, (len(complete), sums, _undominated(complete), groups)
+
+
+def _by_neighbours(partial: Iterable[tuple[int, Sequence[float | None]]]) -> dict[tuple[int, ...], list]:
+    """Partial candidates (index, log regrets with None where not measured), in their order, grouped
+    by the neighbours they were measured at: neighbours -> [(index, log regrets there)]. A candidate
+    measured at none is left out."""
+    patterns: dict[tuple[int, ...], list[tuple[int, tuple[float, ...]]]] = {}
+    for i, values in partial:
+        where = tuple(p for p, value in enumerate(values) if value is not None)
+        if where:
+            patterns.setdefault(where, []).append((i, tuple(values[p] for p in where)))
+    return patterns
+
+
+def _column_sums(rows: Sequence[Sequence[float]], neighbours: int) -> list[float]:
+    """The complete candidates' log regrets summed per neighbour (zeros for none)."""
+    return [sum(column) for column in zip(*rows)] if rows else [0.0] * neighbours
 
 
 def _sums(members: Sequence[tuple[int, tuple[float, ...]]]) -> tuple[float, ...]:
@@ -377,11 +392,8 @@ def fit_effects(weights: Sequence[float], complete: Sequence[Sequence[float]],
     measured at every neighbour; ``partial``: the others by index, None where not measured) and is
     updated in place to the fitted values. :func:`best` reaches the same floats through a plan."""
     if column_sums is None:
-        column_sums = [sum(column) for column in zip(*complete)] if complete else [0.0] * len(weights)
-    patterns: dict[tuple[int, ...], list[tuple[int, tuple[float, ...]]]] = {}
-    for i, values in partial.items():
-        where = tuple(p for p, value in enumerate(values) if value is not None)
-        patterns.setdefault(where, []).append((i, tuple(values[p] for p in where)))
+        column_sums = _column_sums(complete, len(weights))
+    patterns = _by_neighbours(partial.items())
     groups = [(where, len(members), _sums(members), ()) for where, members in patterns.items()]
     shift, offsets = fit_offsets(weights, len(complete), column_sums, groups)
     offset_of = {i: offset for members, offset in zip(patterns.values(), offsets) for i, _ in members}
