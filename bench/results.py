@@ -193,6 +193,11 @@ def regret(tables: dict[str, dict]) -> list[str]:
     return lines
 
 
+def _rule_form(lookup: dict) -> str:
+    """Which form of the lookup rule the run timed (runs before 2026-11-26 did not say: Python)."""
+    return " (compiled rule)" if lookup.get("compiled_rule") else " (the rule's Python form)"
+
+
 def runtime(sources: dict) -> list[str]:
     if "runtime" not in sources:
         return []
@@ -200,7 +205,7 @@ def runtime(sources: dict) -> list[str]:
     lookup = data["lookup"]
     checks = data.get("checks", {})
     lines = ["## Lookup and host costs", "",
-             f"`select_kernel` on the lent host: first lookup (a shape not yet cached, tables loaded) "
+             f"`select_kernel` on the lent host{_rule_form(lookup)}: first lookup (a shape not yet cached, tables loaded) "
              f"median {lookup['first_lookup_us_median']:.1f} µs (p99 {lookup['first_lookup_us_p99']:.1f}); "
              f"warm lookup median {lookup['warm_lookup_us_median']:.2f} µs (p99 {lookup['warm_lookup_us_p99']:.2f}). "
              f"Fast-path checks passed: {sum(1 for c in checks.values() if c.get('ok'))} of {len(checks)}.", "",

@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass
 from typing import Container, Sequence
 
+from autotuner.lookup.regret import _fastrule
 from autotuner.lookup.table import DispatchTable
 
 SCALE_LIMIT = 1.15  # exponent past which a candidate's growth is a cliff, not scaling (noise: ~0.1)
@@ -151,11 +152,22 @@ class _Model:
         self.copy_rate = max(rates) if rates else None
         self._series: dict[tuple[int, int], list[tuple[int, float]]] = {}
         self._lines: dict[tuple[int, int], tuple] = {}
+        self._native: dict[int, object] = {}  # candidate -> its lines for the compiled time
 
     def inside(self, m: int, n: int) -> bool:
         return self.n_lo <= n <= self.n_hi and m <= self.m_hi
 
     def time(self, index: int, m: int, n: int) -> float | None:
+        """:meth:`time_python`, compiled where ``_fastrule`` was built: the same float to the last bit."""
+        native = self._native.get(index)
+        if native is None:
+            if _fastrule is None:
+                return self.time_python(index, m, n)
+            native = self._native[index] = _fastrule.make_model(
+                self.row_ms, [self._line(index, row_m) for row_m in self.row_ms], SCALE_LIMIT)
+        return _fastrule.model_time(native, m, n, self.copy_rate or 0.0)
+
+    def time_python(self, index: int, m: int, n: int) -> float | None:
         """``scaled`` along M over the rows' times at n, reading only the rows it needs: the first row
         at or above m with a time, and below it the nearest one (or, past the largest row, the two
         that give the exponent): a first lookup is on the dispatch path."""
@@ -201,10 +213,7 @@ class _Model:
     def _at(self, index: int, row_m: int, n: int) -> float | None:
         """``scaled(self._row_series(index, row_m), n)`` from the series' sizes, times, log times, log
         size ratios and extrapolation exponent, worked out once per (candidate, row)."""
-        line = self._lines.get((index, row_m))
-        if line is None:
-            line = self._lines[(index, row_m)] = _line(self._row_series(index, row_m))
-        sizes, times, log_times, log_ratios, exponent = line
+        sizes, times, log_times, log_ratios, exponent = self._line(index, row_m)
         if not sizes or n < sizes[0]:
             return None
         upper = bisect.bisect_left(sizes, n)
@@ -218,6 +227,13 @@ class _Model:
         if exponent > SCALE_LIMIT:
             return None
         return times[-1] * (n / sizes[-1]) ** max(exponent, 0.0)
+
+    def _line(self, index: int, row_m: int) -> tuple:
+        """:func:`_line` of the candidate's series on the row, worked out once."""
+        line = self._lines.get((index, row_m))
+        if line is None:
+            line = self._lines[(index, row_m)] = _line(self._row_series(index, row_m))
+        return line
 
     def _row_series(self, index: int, row_m: int) -> list[tuple[int, float]]:
         key = (index, row_m)

@@ -17,13 +17,26 @@ only what depends on the exact shape is done per lookup:
 Every float the rule computes is computed by the same operations in the same order (sums by ``sum``
 over the same sequence), so the answers are the rule's own to the last bit whichever way they are
 reached (tests/autotuner/test_regret.py compares them).
+
+:func:`stencil` and :func:`best` are the compiled rule (``_fastrule.c``, built at install where a C
+compiler is) where it was built, else their Python forms :func:`stencil_python` and
+:func:`best_python`; the two give the same floats and picks (tests/autotuner/test_fastrule.py).
+``SOFTMAX_AUTOTUNER_COMPILED_LOOKUP=0`` keeps the Python forms.
 """
 from __future__ import annotations
 
 import bisect
 import math
 import operator
+import os
 from typing import Any, Iterable, Mapping, Sequence
+
+try:
+    from autotuner.lookup import _fastrule
+except ImportError:  # not built (no C compiler at install): the Python forms answer alike
+    _fastrule = None
+if os.environ.get("SOFTMAX_AUTOTUNER_COMPILED_LOOKUP") == "0":
+    _fastrule = None
 
 FIT_PASSES = 2  # neighbour-effect updates (more change no pick on the recorded sweeps)
 # local-regret-clamped reads a row (one M, along N) that ends before the query's N at its nearest end
@@ -70,6 +83,11 @@ class Layout:
         self.row_reach = {m: (ns[0] / CLAMP_REACH, ns[-1] * CLAMP_REACH) for m, ns in self.rows.items()}
         self.col_reach = {n: (ms[0] / COLUMN_REACH, ms[-1] * COLUMN_REACH) for n, ms in self.cols.items()}
         self.cells: dict[tuple[int, bool, int, bool], tuple | None] = {}
+        # the same lines for the compiled stencil (None without it)
+        self.native = _fastrule.make_layout(
+            self.row_keys, [self.rows[m] for m in self.row_keys], [self.row_reach[m] for m in self.row_keys],
+            self.col_keys, [self.cols[n] for n in self.col_keys], [self.col_reach[n] for n in self.col_keys],
+        ) if _fastrule is not None else None
 
     def cell(self, key: tuple[int, bool, int, bool]) -> tuple | None:
         """Where a query lies among the lines, as ``key`` = (its M's ``bisect_left`` in ``row_keys``,
@@ -117,7 +135,7 @@ def log_bracket(values: Sequence[int], x: int, log_x: float, logs: Mapping[int, 
     return [(lo, 1.0 - weight), (hi, weight)]
 
 
-def stencil(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tuple[tuple[int, int], ...], list[float]]:
+def stencil_python(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tuple[tuple[int, int], ...], list[float]]:
     """The neighbours of (m, n), sorted, and their weights (summing to 1); empty if none. The mean of
     the interpolation along N on the rows bracketing M and along M on the columns bracketing N; the
     clamped rule brackets among all lines (a row only within ``CLAMP_REACH`` of its ends, a column within
@@ -285,7 +303,7 @@ def _undominated(members: Sequence[tuple[int, tuple[float, ...]]]) -> tuple[tupl
     return tuple((i, values) for i, values in members if min(values) <= ceiling)
 
 
-def best(plan_: tuple, weights: Sequence[float]) -> int | None:
+def best_python(plan_: tuple, weights: Sequence[float]) -> int | None:
     """The candidate with the smallest fitted log regret (ties: the lower index), or None if no
     allowed candidate was measured at a neighbour without a gap."""
     contenders, fit = plan_
@@ -399,3 +417,15 @@ def fit_effects(weights: Sequence[float], complete: Sequence[Sequence[float]],
     offset_of = {i: offset for members, offset in zip(patterns.values(), offsets) for i, _ in members}
     for i in theta:
         theta[i] -= offset_of[i] if i in partial else shift
+
+
+if _fastrule is not None:
+    _fastrule.configure(_DOMINATED, FIT_PASSES)
+
+    def stencil(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tuple[tuple[int, int], ...], list[float]]:
+        """:func:`stencil_python`, compiled: the same corners and weights to the last bit."""
+        return _fastrule.stencil(layout.native, m, n, clamped)
+
+    best = _fastrule.best  # best_python, compiled; weights as the list a stencil returns
+else:
+    stencil, best = stencil_python, best_python

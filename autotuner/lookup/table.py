@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from array import array
 from dataclasses import dataclass
 from typing import Any, Container, Iterable, Mapping, Sequence
 
@@ -143,6 +144,7 @@ class DispatchTable:
         self._allowed_sets: dict[tuple, tuple[int, ...]] = {}
         self._layouts: dict[int, Layout] = {}
         self._point_logs: dict[int, list[tuple[float, float]]] = {}  # class key -> (log2 m, log2 n) per point
+        self._packed_logs: dict[int, array] = {}  # the same, flat, for the compiled nearest-point search
         self._log_regret: dict[tuple[int, int], tuple[float | None, ...]] = {}
         self._log_times: dict[tuple[int, int], tuple[float | None, ...]] = {}
         self._gaps: dict[tuple[int, int], frozenset[int]] = {}
@@ -294,7 +296,16 @@ class DispatchTable:
         logs = self._point_logs.get(key)
         if logs is None:
             logs = self._point_logs[key] = [(_log2(p["m"]), _log2(p["n"])) for p in points]
+            if regret._fastrule is not None:  # the same logs packed for the compiled search
+                self._packed_logs[key] = array("d", [value for pair in logs for value in pair])
         lm, ln = _log2(m), _log2(n)
+        if regret._fastrule is not None:  # the compiled form of the nearest point below
+            nearest = regret._fastrule.nearest(self._packed_logs[key], lm, ln)
+            if nearest >= 0:
+                times = points[nearest]["times"]
+                best = _fastest(times, allowed)
+                if best is not None:
+                    return best, times[best], False
         distances = [((pm - lm) ** 2 + (pn - ln) ** 2, index) for index, (pm, pn) in enumerate(logs)]
         nearest = min(distances)[1] if distances else None
         if nearest is not None:  # usually answers: the nearest point measured an allowed candidate

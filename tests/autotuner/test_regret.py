@@ -39,7 +39,7 @@ def test_closed_form_neighbours_equal_the_line_by_line_ones(table):
         layout_key, points = table._class_points(n)
         table._stencil(m, n)  # builds the layout
         layout = table._layouts[layout_key]
-        fast = regret.stencil(layout, m, n, table.rule != "local-regret")
+        fast = regret.stencil_python(layout, m, n, table.rule != "local-regret")
         slow = regret.stencil_by_lines(layout, m, n, table.rule != "local-regret")
         assert fast[0] == slow[0] and list(map(float.hex, fast[1])) == list(map(float.hex, slow[1])), (m, n)
         closed += any(cell is not None for cell in layout.cells.values())
