@@ -240,6 +240,15 @@ class Variant(ABC):
         self._source_hash_kept = (stamp, digest)
         return digest
 
+    def current_hashes(self) -> frozenset[str]:
+        """Every hash a row of today's code can carry: :meth:`source_hash`, and for a pinned variant
+        the full text's hash as well, which a host whose pin check failed recorded (the H100 domain
+        sweep of 2026-11-25/26, Python 3.12, before ``kernels.source_hash`` read every Python alike)."""
+        files = self.source_files()
+        if files and pinned_hash(self.name, files) is not None:
+            return frozenset({self.source_hash(), hash_files(files)})
+        return frozenset({self.source_hash()})
+
     def source_files(self) -> list[Path]:
         return []
 

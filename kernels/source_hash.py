@@ -56,8 +56,24 @@ def code_text(path: Path) -> str:
                     and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                     and isinstance(body[0].value.value, str)):
                 node.body = body[1:] or [ast.Pass()]
-        return ast.dump(tree, include_attributes=False)
+        return _stable_dump(tree)
     return " ".join(_C_COMMENT.sub(" ", text).split())
+
+
+def _stable_dump(node: object) -> str:
+    """An AST as text that does not depend on the Python version reading it, as ``ast.dump`` does:
+    fields that are None or empty lists are left out (3.12 added ``type_params=[]`` to every
+    function and class, 3.13's dump omits empty fields). A device on Python 3.12 once recorded a pinned
+    Triton variant's rows under its full-text hash because its ``ast.dump`` differed from the pin's."""
+    import ast
+
+    if isinstance(node, ast.AST):
+        fields = [f"{name}={_stable_dump(value)}" for name, value in ast.iter_fields(node)
+                  if value is not None and value != []]
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return f"[{', '.join(_stable_dump(item) for item in node)}]"
+    return repr(node)
 
 
 def content_hash(paths: Iterable[Path]) -> str:

@@ -52,20 +52,22 @@ class Observation(VariantConfig):
     repetitions: int | None = None  # QUICK_REPS or fewer: the sweep's quick estimate only
 
 
-def select_observations(rows: Sequence[tuple[Any, Any, Any]], current_hash: Callable[[str], str | None],
+def select_observations(rows: Sequence[tuple[Any, Any, Any]], current_hashes: Callable[[str], frozenset[str] | None],
                         any_source: bool = False, include: Callable[[str], bool] = lambda name: True) -> tuple[list[Observation], set[tuple[str, str]], list[int]]:
     """Newest ok time per (candidate, shape); the set of candidates with a bad row; the run ids used.
 
-    ``rows`` are (Measurement, Candidate, SweepRun), newest run first. ``current_hash(variant)`` is
-    the variant's source hash now (None if the variant is not registered here: its rows are skipped).
+    ``rows`` are (Measurement, Candidate, SweepRun), newest run first. ``current_hashes(variant)``
+    are the hashes rows of the variant's code now carry (``Variant.current_hashes``; None if the
+    variant is not registered here: its rows are skipped).
     """
     seen: set[tuple[str, str, int, int]] = set()
     banned: set[tuple[str, str]] = set()
     observations: list[Observation] = []
     runs: set[int] = set()
     for measurement, candidate, run in rows:
-        hash_now = current_hash(candidate.variant)
-        if not include(candidate.variant) or hash_now is None or (not any_source and candidate.source_hash != hash_now):
+        hashes_now = current_hashes(candidate.variant)
+        if not include(candidate.variant) or hashes_now is None or (
+                not any_source and candidate.source_hash not in hashes_now):
             continue
         identity = (candidate.variant, candidate.config_key)
         if measurement.status in BAD_STATUSES:
@@ -238,12 +240,12 @@ def fit_inputs(session: Session, gpu_key: str, dtype: str, timing_method: str = 
     raises :class:`FitError` when there are none."""
     from kernels import KernelConfig, get_variant
 
-    hashes: dict[str, str | None] = {}
+    hashes: dict[str, frozenset[str] | None] = {}
 
-    def current_hash(name: str) -> str | None:  # once per variant: hashing reads its source files
+    def current_hashes(name: str) -> frozenset[str] | None:  # once per variant: hashing reads its files
         if name not in hashes:
             try:
-                hashes[name] = get_variant(name).source_hash()
+                hashes[name] = get_variant(name).current_hashes()
             except KeyError:
                 hashes[name] = None
         return hashes[name]
@@ -274,7 +276,7 @@ def fit_inputs(session: Session, gpu_key: str, dtype: str, timing_method: str = 
         except KeyError:
             return False
 
-    observations, banned, runs = select_observations(rows, current_hash, any_source, include)
+    observations, banned, runs = select_observations(rows, current_hashes, any_source, include)
     observations = without_disturbed(observations)
     if not observations:
         raise FitError(f"no verified measurements of {gpu_key}/{dtype} with timing method {timing_method!r}")

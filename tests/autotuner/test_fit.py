@@ -106,3 +106,21 @@ def test_a_row_three_times_slower_than_the_same_candidate_on_more_work_is_left_o
     assert [(o.variant, o.m, o.n) for o in kept] == [("v", 4, 65536), ("v", 1, 32000), ("w", 4, 47237), ("w", 4, 65536)]
     # slower than a larger shape, but within 3x: kept (odd N and waves move times that much)
     assert len(without_disturbed([Observation("v", "a=1", {"a": 1}, 4, 47237, 23.9), rows[1]])) == 2
+
+
+def test_observations_keep_rows_under_any_current_hash_only():
+    """``select_observations`` keeps a row whose hash is one of the variant's current hashes (pinned
+    or full text) and skips a row of older code and of an unregistered variant."""
+    from types import SimpleNamespace
+
+    from autotuner.fit.fit import select_observations
+
+    def row(variant, source_hash, m, run_id):
+        measurement = SimpleNamespace(status="ok", median_us=5.0, m=m, n=1024, repetitions=20)
+        candidate = SimpleNamespace(variant=variant, config_key="a=1", config={"a": 1}, source_hash=source_hash)
+        return measurement, candidate, SimpleNamespace(id=run_id)
+
+    rows = [row("v", "pinned", 1, 3), row("v", "fulltext", 2, 2), row("v", "older", 4, 1), row("gone", "x", 8, 1)]
+    current = {"v": frozenset({"pinned", "fulltext"})}
+    observations, banned, runs = select_observations(rows, current.get)
+    assert sorted(o.m for o in observations) == [1, 2] and runs == [2, 3] and not banned
