@@ -89,10 +89,13 @@ class KernelChoice:
 
 
 class TableStore:
-    """The tables a process answers from, keyed by (gpu, dtype, timing method)."""
+    """The tables a process answers from, keyed by (gpu, dtype, timing method). A table may be added
+    as a loader (:meth:`add_lazy`), read on its key's first use: a process that looks up one GPU and
+    dtype parses one shipped file, not all of them."""
 
     def __init__(self, tables: Iterable[DispatchTable] = (), *, cache_limit: int | None = None):
         self._tables: dict[tuple[str, str, str], DispatchTable] = {}
+        self._pending: dict[tuple[str, str, str], Callable[[], DispatchTable | None]] = {}
         self._cache: dict[tuple[int, int, str, str, str], KernelChoice] = {}
         self._runnable: dict[tuple[tuple[str, str, str], str], frozenset[int] | None] = {}
         # Each cached answer is a few garbage-collected objects; a process that caches answers
@@ -104,7 +107,17 @@ class TableStore:
 
     def add(self, table: DispatchTable) -> None:
         with self._lock:
+            self._pending.pop(table.key, None)
             self._tables[table.key] = table
+            self._cache.clear()
+            self._runnable.clear()
+
+    def add_lazy(self, key: tuple[str, str, str], load: Callable[[], DispatchTable | None]) -> None:
+        """Answer ``key`` from ``load()``'s table, called on the key's first use (None, or a table of
+        another key, which is not used: no table)."""
+        with self._lock:
+            self._tables.pop(key, None)
+            self._pending[key] = load
             self._cache.clear()
             self._runnable.clear()
 
@@ -112,17 +125,38 @@ class TableStore:
         fresh = {t.key: t for t in tables}
         with self._lock:
             self._tables = fresh
+            self._pending = {}
             self._cache.clear()
             self._runnable.clear()
 
+    def _table(self, key: tuple[str, str, str]) -> DispatchTable | None:
+        table = self._tables.get(key)
+        if table is None and key in self._pending:
+            with self._lock:
+                load = self._pending.pop(key, None)
+                if load is not None:
+                    loaded = load()
+                    if loaded is not None and loaded.key != key:
+                        log.warning("a table loaded for %s is of %s: not used", "/".join(key), "/".join(loaded.key))
+                    elif loaded is not None:
+                        self._tables[key] = loaded
+                table = self._tables.get(key)
+        return table
+
+    def _load_all(self) -> None:
+        for key in list(self._pending):
+            self._table(key)
+
     def gpus(self) -> list[str]:
+        self._load_all()  # a file that fails to load must not list its GPU
         return sorted({key[0] for key in self._tables})
 
     def tables(self) -> list[DispatchTable]:
+        self._load_all()
         return [self._tables[k] for k in sorted(self._tables)]
 
     def get(self, gpu: str, dtype: str, method: str = DEFAULT_METHOD) -> DispatchTable | None:
-        return self._tables.get((gpu, dtype, method))
+        return self._table((gpu, dtype, method))
 
     def select(self, m: int, n: int, dtype: str, gpu: str | None = None, method: str = DEFAULT_METHOD,
                *, allow_fallback: bool = True) -> KernelChoice:
@@ -162,7 +196,7 @@ class TableStore:
 
     def _choose(self, m: int, n: int, dtype: str, gpu_key: str, method: str, allow_fallback: bool) -> KernelChoice:
         """The choice for canonical names: the GPU's own table, then the fallbacks in order."""
-        own = self._tables.get((gpu_key, dtype, method))
+        own = self._table((gpu_key, dtype, method))
         if own is not None:  # never another GPU's table where this GPU has its own
             return self._answer(own, gpu_key, m, n, "table")
         if not allow_fallback:
@@ -234,11 +268,29 @@ def load_table_file(path: Path) -> DispatchTable:
 def load_shipped_tables() -> list[DispatchTable]:
     tables = []
     for path in shipped_table_files():
-        try:
-            tables.append(load_table_file(path))
-        except TableFormatError as exc:  # one bad file must not hide the others
-            log.warning("%s", exc)
+        table = _load_or_warn(path)
+        if table is not None:
+            tables.append(table)
     return tables
+
+
+def _load_or_warn(path: Path) -> DispatchTable | None:
+    try:
+        return load_table_file(path)
+    except TableFormatError as exc:  # one bad file must not hide the others
+        log.warning("%s", exc)
+        return None
+
+
+def add_shipped_tables(store: TableStore) -> None:
+    """Add the shipped tables to ``store``, each read on first use where its file name
+    (``<gpu>_<dtype>_<method>.json``) names its key, at once otherwise."""
+    for path in shipped_table_files():
+        parts = path.stem.rsplit("_", 2)
+        if len(parts) == 3:
+            store.add_lazy((parts[0], parts[1], parts[2]), lambda path=path: _load_or_warn(path))
+        elif (table := _load_or_warn(path)) is not None:
+            store.add(table)
 
 
 def tables_from_documents(documents: Iterable[Mapping[str, Any]]) -> list[DispatchTable]:
@@ -255,7 +307,8 @@ def default_store() -> TableStore:
     if _default_store is None:
         with _default_lock:
             if _default_store is None:
-                store = TableStore(load_shipped_tables())
+                store = TableStore()
+                add_shipped_tables(store)  # each file read on its first lookup: start-up stays light
                 for table in _database_tables():
                     store.add(table)
                 _default_store = store

@@ -119,3 +119,31 @@ def test_select_kernel_answers_from_the_default_store_and_its_cache(monkeypatch)
     first = select.select_kernel(4096, 1024, "bf16", gpu="h100")
     assert first is store.select(4096, 1024, "bf16", "h100") and first.variant == "vector"
     assert select.select_kernel(4096, 1024, "bf16", gpu="h100") is first  # the inlined warm path
+
+
+def test_shipped_tables_are_read_on_their_first_use():
+    """The default store parses a shipped file when its (gpu, dtype, method) is first asked for, so a
+    process that looks up one GPU and dtype reads one file at start-up, not all of them."""
+    from autotuner.lookup import select as select_module
+
+    store = select_module.TableStore()
+    select_module.add_shipped_tables(store)
+    assert not store._tables
+    store.select(1, 4096, "fp16", "h100")
+    assert list(store._tables) == [("h100", "fp16", "cold")]
+    assert len(store.tables()) == len(select_module.shipped_table_files())
+
+
+def test_a_shipped_file_named_for_another_table_is_not_used(tmp_path, monkeypatch, caplog):
+    import json as json_module
+
+    from autotuner.lookup import select as select_module
+
+    document = json_module.loads(select_module.shipped_table_files()[0].read_text())
+    misnamed = tmp_path / "h100_fp32_cold.json"
+    misnamed.write_text(json_module.dumps({**document, "gpu": "h100", "dtype": "bf16"}))
+    monkeypatch.setattr(select_module, "shipped_table_files", lambda: [misnamed])
+    store = select_module.TableStore()
+    select_module.add_shipped_tables(store)
+    assert store.get("h100", "fp32") is None and store.gpus() == []
+    assert "not used" in caplog.text
