@@ -35,13 +35,15 @@ ITEM_SECONDS_PER_GIB = 0.0974
 # items of issue 18's sweep, which took about 21.5 min (7,195 items in 8.5 min, then an ETA of 13 min):
 # estimates are scaled by 21.5 / 18.2, rounded up.
 CALIBRATION = 1.2
-# The same fit on the default domain sweep recorded from an empty database on a fresh H100 machine
-# (bench/data/domain_sweep_h100.json.gz: 24,379 rows in 17.3 min, cold compile caches, 163 candidates):
-# 0.0294 s + 0.1518 s per GiB, uncalibrated (it is the default sweep's own recording). The earlier
-# recording (tests/data/h100_domain.json.gz, a resumed run on a warm machine) gave 0.0180 s + 0.1666 s,
-# which priced the new sweep at 13.4 min where it took 17.3. tests/autotuner/test_strategy.py refits both.
-DOMAIN_ITEM_SECONDS = 0.0294
-DOMAIN_ITEM_SECONDS_PER_GIB = 0.1518
+# The same fit on the default domain sweep recorded from an empty database on fresh H100 machines
+# (bench/data/domain_sweep_h100.json.gz: 39,443 rows in 25.1 min of commit gaps over three resumed calls,
+# cold compile caches, 163 candidates): 0.0254 s + 0.1487 s per GiB, uncalibrated (it is the default
+# sweep's own recording; its first two calls alone gave 0.0294 s + 0.1518 s). The earlier recording
+# (tests/data/h100_domain.json.gz, a resumed run on a warm machine) gave 0.0180 s + 0.1666 s, which
+# priced the new sweep's first two calls at 13.4 min where they took 17.3.
+# tests/autotuner/test_strategy.py refits both.
+DOMAIN_ITEM_SECONDS = 0.0254
+DOMAIN_ITEM_SECONDS_PER_GIB = 0.1487
 DEFAULT_DOMAIN_BUDGET_S = 25 * 60  # the domain sweep's refinement stops here unless --budget says otherwise
 
 
