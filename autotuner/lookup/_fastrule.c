@@ -414,12 +414,47 @@ static inline int beats(double theta, Py_ssize_t i, int have, double chosen_thet
     return !have || theta < chosen_theta || (theta == chosen_theta && i < chosen);
 }
 
+static int is_tuple_of(PyObject *o, Py_ssize_t size) { return PyTuple_Check(o) && PyTuple_GET_SIZE(o) == size; }
+
+/* every tuple of the plan has the shape regret.plan gives it (so best reads it without checks) */
+static int plan_shape_ok(PyObject *contenders, PyObject *fit) {
+    if (contenders != Py_None) {
+        if (!PyTuple_Check(contenders))
+            return 0;
+        for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(contenders); c++)
+            if (!is_tuple_of(PyTuple_GET_ITEM(contenders, c), 3))
+                return 0;
+        return 1;
+    }
+    if (!is_tuple_of(fit, 4) || !PyTuple_Check(PyTuple_GET_ITEM(fit, 2)) || !PyTuple_Check(PyTuple_GET_ITEM(fit, 3)))
+        return 0;
+    PyObject *complete = PyTuple_GET_ITEM(fit, 2), *groups = PyTuple_GET_ITEM(fit, 3);
+    for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(complete); c++)
+        if (!is_tuple_of(PyTuple_GET_ITEM(complete, c), 2))
+            return 0;
+    for (Py_ssize_t g = 0; g < PyTuple_GET_SIZE(groups); g++) {
+        PyObject *group = PyTuple_GET_ITEM(groups, g);
+        if (!is_tuple_of(group, 4) || !PyTuple_Check(PyTuple_GET_ITEM(group, 0)) || !PyTuple_Check(PyTuple_GET_ITEM(group, 2))
+            || !PyTuple_Check(PyTuple_GET_ITEM(group, 3)))
+            return 0;
+        PyObject *members = PyTuple_GET_ITEM(group, 3);
+        for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(members); c++)
+            if (!is_tuple_of(PyTuple_GET_ITEM(members, c), 2) || !PyTuple_Check(PyTuple_GET_ITEM(PyTuple_GET_ITEM(members, c), 1)))
+                return 0;
+    }
+    return 1;
+}
+
 static PyObject *best(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 2 || !PyList_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "best(plan: tuple, weights: list)");
         return NULL;
     }
     PyObject *contenders = PyTuple_GET_ITEM(args[0], 0), *fit = PyTuple_GET_ITEM(args[0], 1);
+    if (!plan_shape_ok(contenders, fit)) {
+        PyErr_SetString(PyExc_TypeError, "best: the plan is not shaped as regret.plan makes it");
+        return NULL;
+    }
     PyObject *weight_list = args[1];
     Py_ssize_t k = PyList_GET_SIZE(weight_list);
     if (k > MAX_NEIGHBOURS) {
@@ -887,7 +922,18 @@ static PyObject *model_time(PyObject *self, PyObject *const *args, Py_ssize_t na
             }
         }
     }
-    double floor = copy_rate ? (double)(2 * m * n) / copy_rate : 0.0;
+    double floor = 0.0;
+    if (copy_rate && m <= 0x7fffffffLL && n <= 0x7fffffffLL) {
+        floor = (double)(2 * m * n) / copy_rate; /* exact below 2**63, rounded once as Python rounds it */
+    } else if (copy_rate) { /* larger than any valid shape: Python's own arithmetic */
+        PyObject *work = PyNumber_Multiply(args[1], args[2]), *twice = work ? PyNumber_Add(work, work) : NULL;
+        double bytes = twice ? PyLong_AsDouble(twice) : -1.0;
+        Py_XDECREF(work);
+        Py_XDECREF(twice);
+        if (bytes == -1.0 && PyErr_Occurred())
+            return NULL;
+        floor = bytes / copy_rate;
+    }
     return PyFloat_FromDouble(floor > time ? floor : time);
 }
 

@@ -127,6 +127,17 @@ def test_a_process_answers_alike_with_and_without_the_compiled_rule(tmp_path):
 
 
 @needs_compiled
+@needs_compiled
+def test_model_time_past_any_valid_shape_computes_its_floor_as_python_does():
+    table = _tables()[0]
+    model = predict._model_of(table)
+    for m, n in ((2**33, 3), (3, 2**40), (2**31 - 1, 2**31 - 1)):
+        for index in range(min(4, len(table.candidates))):
+            compiled, reference = model.time(index, m, n), model.time_python(index, m, n)
+            assert (compiled is None) == (reference is None)
+            assert compiled is None or compiled.hex() == reference.hex()
+
+
 def test_bad_arguments_raise_instead_of_crashing():
     with pytest.raises(TypeError):
         fastrule.make_layout([1], [[1]], [(0.5,)], [1], [[1]], [(0.5, 2.0)])
@@ -138,5 +149,9 @@ def test_bad_arguments_raise_instead_of_crashing():
         fastrule.model_time(fastrule.make_layout([1], [[1]], [(0.5, 2.0)], [1], [[1]], [(0.5, 2.0)]), 1, 1, 0.0)
     with pytest.raises(TypeError):
         fastrule.best(((1.0, 0, (0.1,)),), [1.0])
+    for malformed in ((((1.0, 0),), None), ((1.0,), None), (None, (1, [0.0], (), ((0,), 1),)),
+                      (None, (1, [0.0], ((0, (0.1,)),), (((0,), 1, (0.1,), ((0,),)),)))):
+        with pytest.raises(TypeError):  # checked before it is read: an error, never a crash
+            fastrule.best(malformed, [1.0])
     with pytest.raises(ValueError):  # not a layout
         fastrule.stencil(None, 1, 1, True)
