@@ -7,7 +7,6 @@ torch when the caller already has it, else the CUDA driver through ctypes.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import re
 import sys
@@ -108,6 +107,8 @@ def current_gpu_key() -> str | None:
 
 
 def _driver_device_name() -> str | None:
+    import ctypes  # here: only a lookup without a GPU name asks the driver
+
     for library in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
             cuda = ctypes.CDLL(library)

@@ -16,11 +16,9 @@ no candidate admits the shape ("fallback"). ``reason`` says which fallback, in w
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import warnings
 from dataclasses import dataclass, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -31,7 +29,14 @@ from autotuner.lookup.gpu_models import donor_order, gpu_spec, runnable_candidat
 from autotuner.lookup.table import DispatchTable, TableFormatError
 from kernels.base import DTYPE_ALIASES, normalize_dtype
 
-log = logging.getLogger(__name__)
+
+
+def _warn(message: str, *args: Any) -> None:
+    """A warning through this module's logger; logging is imported here, not at the top: a first
+    lookup in a fresh process must not pay its import (about 6 ms of a 50 ms bound) to warn never."""
+    import logging
+
+    logging.getLogger(__name__).warning(message, *args)
 
 FALLBACK_VARIANT = "torch_softmax"
 DEFAULT_METHOD = "cold"
@@ -137,7 +142,7 @@ class TableStore:
                 if load is not None:
                     loaded = load()
                     if loaded is not None and loaded.key != key:
-                        log.warning("a table loaded for %s is of %s: not used", "/".join(key), "/".join(loaded.key))
+                        _warn("a table loaded for %s is of %s: not used", "/".join(key), "/".join(loaded.key))
                     elif loaded is not None:
                         self._tables[key] = loaded
                 table = self._tables.get(key)
@@ -250,7 +255,8 @@ def _choice(variant: str, config_items: tuple[tuple[str, Any], ...], predicted_u
 
 
 def shipped_table_files() -> list[Path]:
-    folder = Path(str(resources.files("autotuner") / "tables"))
+    # the package's own folder (importlib.resources would cost the first lookup about 5 ms of imports)
+    folder = Path(__file__).resolve().parent.parent / "tables"
     return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
 
@@ -278,7 +284,7 @@ def _load_or_warn(path: Path) -> DispatchTable | None:
     try:
         return load_table_file(path)
     except TableFormatError as exc:  # one bad file must not hide the others
-        log.warning("%s", exc)
+        _warn("%s", exc)
         return None
 
 
