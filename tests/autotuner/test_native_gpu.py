@@ -41,6 +41,26 @@ def native_module(tmp_path_factory):
         native.reset()
 
 
+def _driver_reports_parameter_sizes() -> bool:
+    """Drivers of CUDA 12.4 on have cuFuncGetParamInfo; before it a Triton plan keeps the Python path
+    by design (``kernels.native.launches``), so the asserts that it goes native do not apply. A driver
+    version that cannot be read counts as a recent driver: the asserts then stand."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.driverGetVersion() >= 12040
+    except Exception:  # noqa: BLE001 - any failure to read it keeps the asserts
+        return True
+
+
+def _needs_parameter_sizes(m: int, n: int, dtype: str) -> None:
+    """Skip when the shape's dispatched kernel is a Triton one and the driver cannot size its parameters."""
+    from autotuner import select_kernel
+
+    if select_kernel(m, n, dtype).variant.startswith("triton") and not _driver_reports_parameter_sizes():
+        pytest.skip("this driver predates cuFuncGetParamInfo (CUDA 12.4): Triton plans keep the Python path")
+
+
 def _bits(tensor):
     import torch
 
@@ -55,6 +75,7 @@ def test_native_plan_on_edge_rows_and_misaligned_input(native_module):
     x = edge_input(4096, "fp16")
     runtime._plans.pop((x.get_device(), tuple(x.shape), x.dtype), None)  # made before the module loaded
     y = softmax(x)
+    _needs_parameter_sizes(x.shape[0], 4096, "fp16")
     assert runtime._plans[(x.get_device(), tuple(x.shape), x.dtype)].native
     assert torch.equal(torch.isnan(y), torch.isnan(torch.softmax(x, -1)))
     assert check_softmax(y, x, "fp16").ok
@@ -72,6 +93,7 @@ def test_dispatched_small_shapes_take_the_native_path(native_module, m, n, dtype
     runtime._plans.pop((x.get_device(), (m, n), x.dtype), None)  # made before the module loaded
     assert check_softmax(softmax(x), x, dtype).ok
     plan = runtime._plans[(x.get_device(), (m, n), x.dtype)]
+    _needs_parameter_sizes(m, n, dtype)
     assert plan.native, "the host-cost targets' shapes must take the native path"
 
 
@@ -109,5 +131,7 @@ def test_native_plans_give_the_bits_of_the_builds_own_launch(native_module, vari
                 replays += plan.replays
     if not checked:
         pytest.skip(f"{variant_name} supports none of {SHAPES}")
+    if variant_name.startswith("triton") and not _driver_reports_parameter_sizes():
+        return  # bits checked above; such a driver keeps Triton plans on the Python path by design
     if variant_name not in STREAM_BUFFER_VARIANTS:  # every launch our layers replay, the module takes
         assert natives == replays, f"{variant_name}: {replays} plans replay, {natives} of them native"
