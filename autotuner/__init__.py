@@ -23,10 +23,17 @@ def _default_database_tables() -> list[Any]:
     # exists (db.location answers that without it), so a lookup with no database never loads it
     from db.location import chosen_database_url, missing_sqlite_file
 
-    if missing_sqlite_file(chosen_database_url()):
+    url = chosen_database_url()
+    if missing_sqlite_file(url):
         return []
-    from autotuner.records.store import default_database_tables
+    try:
+        from autotuner.records.store import default_database_tables
+    except ImportError as exc:  # a database but no SQLAlchemy: the shipped tables still answer
+        import warnings
 
+        warnings.warn(f"the tuning database {url} is not read ({exc}; `pip install sqlalchemy` reads it): "
+                      f"answering from the shipped tables", RuntimeWarning, stacklevel=2)
+        return []
     return default_database_tables()
 
 

@@ -13,7 +13,7 @@ dispatch table (``auto``: the current device's). Without a GPU only the lookup f
 Lookup (any machine): first lookup = a shape not yet cached (tables already loaded); warm = repeat;
 over 2000 bf16 shapes (m = 3 + i, n = 1000 + 7 i). The summary compares the medians with their
 targets: first lookup <= 10 us, warm <= 0.5 us; ``compiled_rule`` says whether the lookup's compiled
-rule (``autotuner/lookup/_fastrule.c``, built by ``pip install -e .``) answered.
+rule (``autotuner/lookup/_fastrule*.c``, built by ``pip install -e .``) answered.
 
 Host overhead: wall time per call of N enqueues without synchronisation (N = 2000, fewer where the
 GPU time would fill the launch queue), median over interleaved rounds, for
@@ -90,7 +90,7 @@ def lookup_figures(gpu: str) -> dict:
     p99 = int(0.99 * len(firsts))
     from autotuner.lookup import regret
 
-    return {"compiled_rule": regret._fastrule is not None,  # autotuner/lookup/_fastrule.c, where built
+    return {"compiled_rule": regret._fastrule is not None,  # autotuner/lookup/_fastrule*.c, where built
             "first_lookup_us_median": statistics.median(firsts), "first_lookup_us_p99": sorted(firsts)[p99],
             "warm_lookup_us_median": statistics.median(warms), "warm_lookup_us_p99": sorted(warms)[p99]}
 

@@ -18,9 +18,10 @@ Every float the rule computes is computed by the same operations in the same ord
 over the same sequence), so the answers are the rule's own to the last bit whichever way they are
 reached (tests/autotuner/test_regret.py compares them).
 
-:func:`stencil` and :func:`best` are the compiled rule (``_fastrule.c``, built at install where a C
-compiler is) where it was built, else their Python forms :func:`stencil_python` and
-:func:`best_python`; the two give the same floats and picks (tests/autotuner/test_fastrule.py).
+:func:`stencil`, :func:`plan` and :func:`best` are the compiled rule (``_fastrule*.c``, built at
+install where a C compiler is) where it was built, else their Python forms :func:`stencil_python`,
+:func:`plan_python` and :func:`best_python`; the two give the same floats and picks
+(tests/autotuner/test_fastrule.py).
 ``SOFTMAX_AUTOTUNER_COMPILED_LOOKUP=0`` keeps the Python forms.
 """
 from __future__ import annotations
@@ -236,7 +237,7 @@ def _on_line(corners: tuple[tuple[int, int], ...], along: float) -> tuple[tuple[
     return corners, [low / total, high / total]
 
 
-def plan(log_regrets: Sequence[Sequence[float | None]], gaps: frozenset[int], allowed: Sequence[int]) -> tuple:
+def plan_python(log_regrets: Sequence[Sequence[float | None]], gaps: frozenset[int], allowed: Sequence[int]) -> tuple:
     """What :func:`best` needs at one set of neighbours for the ``allowed`` candidates, independent
     of the weights: (contenders, fit). ``log_regrets`` holds one row per neighbour, ``gaps`` the
     candidates with a gap at one of them.
@@ -427,5 +428,6 @@ if _fastrule is not None:
         return _fastrule.stencil(layout.native, m, n, clamped)
 
     best = _fastrule.best  # best_python, compiled; weights as the list a stencil returns
+    plan = _fastrule.plan  # plan_python, compiled: the same structure of the same floats
 else:
-    stencil, best = stencil_python, best_python
+    stencil, best, plan = stencil_python, best_python, plan_python

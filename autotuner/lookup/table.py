@@ -1,5 +1,5 @@
 """The dispatch table document and the lookup it answers. No torch, no CuPy (the rule's arithmetic is
-compiled where `autotuner/lookup/_fastrule.c` was built: see `regret`).
+compiled where `autotuner/lookup/_fastrule*.c` was built: see `regret`).
 
 A table is versioned JSON, one per (GPU model, dtype, timing method)::
 

@@ -1,4 +1,4 @@
-"""The compiled lookup rule (autotuner/lookup/_fastrule.c) answers as its Python form does, to the last
+"""The compiled lookup rule (autotuner/lookup/_fastrule*.c) answers as its Python form does, to the last
 bit: neighbours and weights, picks, the nearest point and the scaling model's time, on every shipped
 table and the classic ones; and a whole process's answers with and without it are the same."""
 from __future__ import annotations
@@ -71,11 +71,43 @@ def test_compiled_stencil_and_pick_equal_the_python_ones(table):
         if not compiled[0]:
             continue
         allowed = table.allowed(m, n)
-        plan = regret.plan([table._log_regret[c] for c in compiled[0]],
-                           frozenset().union(*map(table._gaps_at, compiled[0])), allowed)
+        rows = [table._log_regret[c] for c in compiled[0]]
+        gaps = frozenset().union(*map(table._gaps_at, compiled[0]))
+        plan = regret.plan(rows, gaps, allowed)
+        assert _exact(plan) == _exact(regret.plan_python(rows, gaps, allowed)), (m, n)
         assert regret.best(plan, compiled[1]) == regret.best_python(plan, compiled[1]), (m, n)
         fits += plan[1] is not None
     assert fits or table.gpu != "h100", "no query reached the fit over partial candidates"
+
+
+def _exact(value):
+    """A nested plan with every float as its hex string: == then compares bits, not values."""
+    if isinstance(value, float):
+        return value.hex()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_exact(item) for item in value)
+    return value
+
+
+@needs_compiled
+def test_compiled_plan_equals_the_python_one_on_made_up_regrets():
+    """Ties, capped values, gaps, partial candidates in several groups, unsorted allowed sets."""
+    import math
+
+    rng = random.Random(9)
+    cap = math.log(1.5)
+    for trial in range(3000):
+        corners, count = rng.randint(1, 7), rng.randint(1, 14)
+        pool = [0.0, cap, 0.01, 0.02]
+        rows = [tuple(None if rng.random() < (0.2 if trial % 2 else 0.0) else
+                      (rng.choice(pool) if rng.random() < 0.5 else rng.uniform(0.0, cap)) for _ in range(count))
+                for _ in range(corners)]
+        gaps = frozenset(i for i in range(count) if rng.random() < 0.1)
+        allowed = tuple(rng.sample(range(count), rng.randint(1, count)))
+        compiled, python = regret.plan(rows, gaps, allowed), regret.plan_python(rows, gaps, allowed)
+        assert _exact(compiled) == _exact(python), (rows, gaps, allowed)
+    with pytest.raises(IndexError):
+        regret.plan([(0.0,)], frozenset(), (3,))
 
 
 @needs_compiled

@@ -53,3 +53,17 @@ def test_first_lookup_in_a_fresh_process_is_fast(tmp_path):
 def test_lookup_works_without_sqlalchemy_installed(tmp_path):
     result = _probe(tmp_path, block_sqlalchemy=True)
     assert result["variant"] and result["source"] == "table"
+
+
+def test_a_database_without_sqlalchemy_installed_leaves_the_shipped_tables_answering(tmp_path):
+    """A tuning database exists but SQLAlchemy is missing: a warning names the database and the fix,
+    and the lookup answers from the shipped tables instead of raising ModuleNotFoundError."""
+    database = tmp_path / "tuning.sqlite"
+    database.write_bytes(b"")
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", PROBE.format(block_sqlalchemy=True)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "AUTOTUNER_DB": str(database)},
+        capture_output=True, text=True, timeout=60, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["variant"] and result["source"] == "table"
+    assert "is not read" in done.stderr and "pip install sqlalchemy" in done.stderr
