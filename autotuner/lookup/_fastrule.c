@@ -157,14 +157,7 @@ static int log_bracket(const long long *values, Py_ssize_t count, long long x, d
         out[0].weight = 1.0;
         return 1;
     }
-    Py_ssize_t lo_i = 0, hi_i = count; /* bisect_left */
-    while (lo_i < hi_i) {
-        Py_ssize_t mid = (lo_i + hi_i) / 2;
-        if (values[mid] < x)
-            lo_i = mid + 1;
-        else
-            hi_i = mid;
-    }
+    Py_ssize_t lo_i = bisect_left_ll(values, count, x);
     long long lo = values[lo_i - 1], hi = values[lo_i];
     if (hi == x) {
         out[0].value = hi;
@@ -210,18 +203,8 @@ static int along_lines(Corner *acc, int used, const Lines *l, long long at, doub
     int nfound = 0;
     for (int b = 0; b < nlines; b++) {
         /* the bracketed key's line: its index in the full key list */
-        Py_ssize_t k;
-        {
-            Py_ssize_t lo_i = 0, hi_i = count;
-            while (lo_i < hi_i) {
-                Py_ssize_t mid = (lo_i + hi_i) / 2;
-                if (keys[mid] < lines[b].value)
-                    lo_i = mid + 1;
-                else
-                    hi_i = mid;
-            }
-            k = index_of ? index_of[lo_i] : lo_i;
-        }
+        Py_ssize_t at_key = bisect_left_ll(keys, count, lines[b].value);
+        Py_ssize_t k = index_of ? index_of[at_key] : at_key;
         double across_d = (double)across;
         if (!(l->reach_lo[k] <= across_d && across_d <= l->reach_hi[k]))
             continue;

@@ -37,6 +37,19 @@ static inline double sum_value(Sum s) {
 
 static inline double log2_or_zero(long long v) { return v > 1 ? log2((double)v) : 0.0; }
 
+/* bisect.bisect_left over values[0:count] */
+static inline Py_ssize_t bisect_left_ll(const long long *values, Py_ssize_t count, long long x) {
+    Py_ssize_t lo = 0, hi = count;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (values[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 #define MAX_NEIGHBOURS 64 /* a stencil has at most 8; the fit's arrays are sized for this many */
 
 /* _fastrule_fit.c: regret.best (with fit_offsets), regret.plan, and the constants they share */

@@ -120,18 +120,6 @@ done:
     return capsule;
 }
 
-static Py_ssize_t bisect_left_ll(const long long *values, Py_ssize_t count, long long x) {
-    Py_ssize_t lo = 0, hi = count;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        if (values[mid] < x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 /* x ** y for floats, as Python's float power computes it for a positive base */
 static inline double py_pow(double x, double y) { return y == 0.0 || x == 1.0 ? 1.0 : pow(x, y); }
 
