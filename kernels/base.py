@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping
 
+from kernels import source_hash as _source_hashes
 from kernels.source_hash import hash_files, hash_text, pinned_hash  # noqa: F401 - hash_* re-exported
 
 DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
@@ -245,9 +246,9 @@ class Variant(ABC):
         the full text's hash as well, which a host whose pin check failed recorded (the H100 domain
         sweep of 2026-11-25/26, Python 3.12, before ``kernels.source_hash`` read every Python alike)."""
         files = self.source_files()
-        if files and pinned_hash(self.name, files) is not None:
-            return frozenset({self.source_hash(), hash_files(files)})
-        return frozenset({self.source_hash()})
+        # unpinned, or pinned with changed code, source_hash() is the full text's hash: one element
+        return frozenset({self.source_hash(), hash_files(files)} if files and self.name in _source_hashes.pins() else
+                         {self.source_hash()})
 
     def source_files(self) -> list[Path]:
         return []

@@ -6,7 +6,6 @@
 #include <Python.h>
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* ---- sum() as the running interpreter computes it ------------------------------------------- */
 typedef struct {

@@ -319,7 +319,7 @@ typedef struct {
 
 typedef struct {
     unsigned long long mask; /* the neighbours it was measured at */
-    Py_ssize_t count, capacity;
+    Py_ssize_t count;
     Member *members;
 } Pattern;
 
@@ -470,7 +470,6 @@ PyObject *fastrule_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             g++;
         if (g == npatterns) {
             patterns[g].mask = mask;
-            patterns[g].capacity = nallowed;
             patterns[g].members = calloc(nallowed, sizeof(Member));
             if (!patterns[g].members) {
                 PyErr_NoMemory();

@@ -30,7 +30,6 @@ from autotuner.lookup.table import DispatchTable, TableFormatError
 from kernels.base import DTYPE_ALIASES, normalize_dtype
 
 
-
 def _warn(message: str, *args: Any) -> None:
     """A warning through this module's logger; logging is imported here, not at the top: a first
     lookup in a fresh process must not pay its import (about 6 ms of a 50 ms bound) to warn never."""

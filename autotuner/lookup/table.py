@@ -300,20 +300,20 @@ class DispatchTable:
             if regret._fastrule is not None:  # the same logs packed for the compiled search
                 self._packed_logs[key] = array("d", [value for pair in logs for value in pair])
         lm, ln = _log2(m), _log2(n)
-        if regret._fastrule is not None:  # the compiled form of the nearest point below
+        distances = None
+        if regret._fastrule is not None:  # the compiled form of min(distances) below
             nearest = regret._fastrule.nearest(self._packed_logs[key], lm, ln)
-            if nearest >= 0:
-                times = points[nearest]["times"]
-                best = _fastest(times, allowed)
-                if best is not None:
-                    return best, times[best], False
-        distances = [((pm - lm) ** 2 + (pn - ln) ** 2, index) for index, (pm, pn) in enumerate(logs)]
-        nearest = min(distances)[1] if distances else None
+            nearest = nearest if nearest >= 0 else None
+        else:
+            distances = [((pm - lm) ** 2 + (pn - ln) ** 2, index) for index, (pm, pn) in enumerate(logs)]
+            nearest = min(distances)[1] if distances else None
         if nearest is not None:  # usually answers: the nearest point measured an allowed candidate
             times = points[nearest]["times"]
             best = _fastest(times, allowed)
             if best is not None:
                 return best, times[best], False
+        if distances is None:
+            distances = [((pm - lm) ** 2 + (pn - ln) ** 2, index) for index, (pm, pn) in enumerate(logs)]
         for _, index in sorted(distances):
             times = points[index]["times"]
             best = _fastest(times, allowed)
