@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# On the lent GPU (through scripts/device_run.sh): the default domain sweep (`autotuner sweep --gpu h100`,
-# every default) from an empty database, timed, in calls of at most CALL_S seconds (default 540: a call
+# On the lent GPU (through scripts/device_run.sh): the default domain sweep (`autotuner sweep --gpu $GPU`,
+# GPU defaulting to h100; every other option default) from an empty database, timed, in calls of at most CALL_S seconds (default 540: a call
 # is capped at 10 min). The database stays in /tmp between calls on the same warm machine, so the next
 # call resumes it (a resumed run measures only what is missing); the sweep's wall time is the sum of the
-# calls' "sweep part" lines. Each call exports every run so far to $OUT/h100_domain.json.gz.
+# calls' "sweep part" lines. Each call exports every run so far to $OUT/${GPU}_domain.json.gz.
 #   call 1:  FRESH=1 bash scripts/device_run.sh bash scripts/device_domain_sweep.sh
 #   call 2+: bash scripts/device_run.sh bash scripts/device_domain_sweep.sh    (until it prints "finished")
 # On a fresh machine (the last one went back, and /tmp with it) RESUME_FROM=<an earlier call's export,
@@ -13,15 +13,16 @@
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-db=/tmp/h100_domain_sweep.sqlite
+gpu=${GPU:-h100}
+db=/tmp/${gpu}_domain_sweep.sqlite
 [ "${FRESH:-0}" = 1 ] && rm -f "$db"
 if [ ! -f "$db" ] && [ -n "${RESUME_FROM:-}" ]; then
   python -m autotuner import "$RESUME_FROM" --db "$db" 2>&1 | tail -n 1
 fi
 started=$(date +%s)
-timeout -s INT "${CALL_S:-540}" python -m autotuner sweep --gpu h100 --db "$db" >"$out/domain_sweep.log" 2>&1
+timeout -s INT "${CALL_S:-540}" python -m autotuner sweep --gpu "$gpu" --db "$db" >"$out/domain_sweep.log" 2>&1
 rc=$?
 echo "sweep part: rc=$rc in $(( $(date +%s) - started )) s" | tee -a "$out/domain_sweep.log"
 grep -v "━" "$out/domain_sweep.log" | grep -E "round|lattice|run [0-9]+:" | cut -c1-160
-python -m autotuner export "$out/h100_domain.json.gz" --db "$db" --gpu h100 2>&1 | tail -n 1
+python -m autotuner export "$out/${gpu}_domain.json.gz" --db "$db" --gpu "$gpu" 2>&1 | tail -n 1
 python -c "import sqlite3; print('runs:', sqlite3.connect('$db').execute('select id, status from sweep_runs').fetchall())"

@@ -18,6 +18,7 @@ typedef struct {
     long long *keys;        /* each line's M (rows) or N (columns), ascending */
     double *reach_lo;       /* the other axis's range the clamped rule reads the line in */
     double *reach_hi;
+    long long factor;       /* how far from the query a value between two measured ones is still read */
     Py_ssize_t *start;      /* line k's values are values[start[k]:start[k + 1]], ascending */
     long long *values;
 } Lines;
@@ -112,11 +113,19 @@ done:
 
 static PyObject *make_layout(PyObject *self, PyObject *args) {
     PyObject *row_keys, *rows, *row_reach, *col_keys, *cols, *col_reach;
-    if (!PyArg_ParseTuple(args, "OOOOOO", &row_keys, &rows, &row_reach, &col_keys, &cols, &col_reach))
+    long long row_factor, col_factor;
+    if (!PyArg_ParseTuple(args, "OOOOOOLL", &row_keys, &rows, &row_reach, &col_keys, &cols, &col_reach,
+                          &row_factor, &col_factor))
         return NULL;
+    if (row_factor < 1 || col_factor < 1) {
+        PyErr_SetString(PyExc_ValueError, "reach factors must be at least 1");
+        return NULL;
+    }
     Layout *layout = calloc(1, sizeof(Layout));
     if (!layout)
         return PyErr_NoMemory();
+    layout->rows.factor = row_factor;
+    layout->cols.factor = col_factor;
     if (!fill_lines(&layout->rows, row_keys, rows, row_reach) || !fill_lines(&layout->cols, col_keys, cols, col_reach)) {
         free_lines(&layout->rows);
         free_lines(&layout->cols);
@@ -210,6 +219,19 @@ static int along_lines(Corner *acc, int used, const Lines *l, long long at, doub
             continue;
         Bracketed values[2];
         int nvalues = log_bracket(l->values + l->start[k], l->start[k + 1] - l->start[k], across, log_across, values);
+        if (clamped && nvalues == 2) { /* regret._within_reach */
+            int far_lo = across > values[0].value * l->factor, far_hi = values[1].value > across * l->factor;
+            if (far_lo && far_hi)
+                continue;
+            if (far_lo) {
+                values[0].value = values[1].value;
+                values[0].weight = 1.0;
+                nvalues = 1;
+            } else if (far_hi) {
+                values[0].weight = 1.0;
+                nvalues = 1;
+            }
+        }
         for (int v = 0; v < nvalues; v++) {
             found[nfound].m = rows ? lines[b].value : values[v].value;
             found[nfound].n = rows ? values[v].value : lines[b].value;
@@ -338,7 +360,8 @@ static PyObject *nearest(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 }
 
 static PyMethodDef methods[] = {
-    {"make_layout", make_layout, METH_VARARGS, "make_layout(row_keys, rows, row_reach, col_keys, cols, col_reach)"},
+    {"make_layout", make_layout, METH_VARARGS,
+     "make_layout(row_keys, rows, row_reach, col_keys, cols, col_reach, row_factor, col_factor)"},
     {"stencil", (PyCFunction)(void (*)(void))stencil, METH_FASTCALL, "stencil(layout, m, n, clamped)"},
     {"best", (PyCFunction)(void (*)(void))fastrule_best, METH_FASTCALL, "best(plan, weights)"},
     {"plan", (PyCFunction)(void (*)(void))fastrule_plan, METH_FASTCALL, "plan(log_regrets, gaps, allowed)"},

@@ -10,6 +10,7 @@ typedef struct {
     double *times, *log_times, *log_ratios; /* log_ratios[0] unused */
     int has_exponent;
     double exponent;
+    double reach; /* the largest size the series is extrapolated to (inf: no bound) */
 } Series;
 
 typedef struct {
@@ -49,7 +50,7 @@ static int fill_doubles(PyObject *seq, double *out, Py_ssize_t count, int skip_f
     return 1;
 }
 
-/* make_model(row_ms, lines, scale_limit): lines[k] = (sizes, times, log_times, log_ratios, exponent) */
+/* make_model(row_ms, lines, scale_limit): lines[k] = (sizes, times, log_times, log_ratios, exponent, reach) */
 PyObject *fastrule_make_model(PyObject *self, PyObject *args) {
     PyObject *row_ms, *lines;
     double scale_limit;
@@ -77,8 +78,8 @@ PyObject *fastrule_make_model(PyObject *self, PyObject *args) {
     for (Py_ssize_t k = 0; k < rows; k++) {
         model->row_ms[k] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(rows_f, k));
         PyObject *line = PySequence_Fast_GET_ITEM(lines_f, k);
-        if (!PyTuple_Check(line) || PyTuple_GET_SIZE(line) != 5) {
-            PyErr_SetString(PyExc_TypeError, "a line is (sizes, times, log times, log ratios, exponent)");
+        if (!PyTuple_Check(line) || PyTuple_GET_SIZE(line) != 6) {
+            PyErr_SetString(PyExc_TypeError, "a line is (sizes, times, log times, log ratios, exponent, reach)");
             goto done;
         }
         Series *series = &model->series[k];
@@ -109,6 +110,8 @@ PyObject *fastrule_make_model(PyObject *self, PyObject *args) {
         series->has_exponent = exponent != Py_None;
         if (series->has_exponent && (series->exponent = PyFloat_AsDouble(exponent)) == -1.0 && PyErr_Occurred())
             goto done;
+        if ((series->reach = PyFloat_AsDouble(PyTuple_GET_ITEM(line, 5))) == -1.0 && PyErr_Occurred())
+            goto done;
     }
     capsule = PyCapsule_New(model, MODEL_CAPSULE, model_destructor);
     if (capsule)
@@ -138,6 +141,8 @@ static int series_at(const Model *model, Py_ssize_t k, long long n, double *out)
         *out = exp((1.0 - weight) * s->log_times[upper - 1] + weight * s->log_times[upper]);
         return 1;
     }
+    if ((double)n > s->reach) /* far past this row's end, while other rows measured further */
+        return 0;
     double last_time = s->times[s->count - 1];
     double last_size = (double)s->sizes[s->count - 1];
     if (!s->has_exponent) {

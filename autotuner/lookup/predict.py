@@ -15,6 +15,8 @@ on every measured row M, then along M across those rows, by :func:`scaled`:
   extrapolated: nothing measured vouches for it past x2. A candidate measured at one size only
   (on that line) is taken to scale with the work (s = 1), the most a kernel within its capacity
   (its constraints admit the shape) was seen to grow;
+- past a row's largest measured N by more than ``CLAMP_REACH`` (4x), where other rows measured the
+  candidate at larger N: no value on that row (the rows that measured it further say more);
 - below the smallest measured size: no value. A kernel's cost per row does not shrink below its
   capacity (a block of 512 threads spends as long on a row of 64 as on one of 1024), so rows shorter
   than any measured one are not predicted from longer ones.
@@ -37,7 +39,7 @@ import math
 from dataclasses import dataclass
 from typing import Container, Sequence
 
-from autotuner.lookup.regret import _fastrule
+from autotuner.lookup.regret import CLAMP_REACH, _fastrule
 from autotuner.lookup.table import DispatchTable
 
 SCALE_LIMIT = 1.15  # exponent past which a candidate's growth is a cliff, not scaling (noise: ~0.1)
@@ -108,9 +110,10 @@ def _where(table: DispatchTable) -> str:
     return f"{table.gpu} {table.dtype}/{table.timing_method} table"
 
 
-def scaled(series: Sequence[tuple[int, float]], x: int) -> float | None:
+def scaled(series: Sequence[tuple[int, float]], x: int, reach: float = math.inf) -> float | None:
     """A candidate's time at size x from its measured (size, time) pairs, sorted by size (module
-    docstring); None below the smallest size, or past the largest where it grew faster than the work."""
+    docstring); None below the smallest size, past the largest where it grew faster than the work,
+    or past ``reach``."""
     if not series or x < series[0][0]:
         return None
     sizes = [size for size, _ in series]
@@ -123,6 +126,8 @@ def scaled(series: Sequence[tuple[int, float]], x: int) -> float | None:
         weight = math.log(x / lo) / math.log(hi / lo)
         return math.exp((1 - weight) * math.log(t_lo) + weight * math.log(t_hi))
     x2, t2 = series[-1]
+    if x > reach:
+        return None
     if len(series) < 2:  # one size measured: no exponent, so the work's (time in proportion)
         return t2 * x / x2
     # the exponent over at least a factor of 2 where measured: between 131072 and 151936, 5 % of
@@ -152,6 +157,8 @@ class _Model:
         self.copy_rate = max(rates) if rates else None
         self._series: dict[tuple[int, int], list[tuple[int, float]]] = {}
         self._lines: dict[tuple[int, int], tuple] = {}
+        self._edges: dict[int, int] = {}
+        self.points_by_n_desc = sorted(points, key=lambda p: -p["n"])  # for _edge
         self._native: dict[int, object] = {}  # candidate -> its lines for the compiled time
 
     def inside(self, m: int, n: int) -> bool:
@@ -213,7 +220,7 @@ class _Model:
     def _at(self, index: int, row_m: int, n: int) -> float | None:
         """``scaled(self._row_series(index, row_m), n)`` from the series' sizes, times, log times, log
         size ratios and extrapolation exponent, worked out once per (candidate, row)."""
-        sizes, times, log_times, log_ratios, exponent = self._line(index, row_m)
+        sizes, times, log_times, log_ratios, exponent, reach = self._line(index, row_m)
         if not sizes or n < sizes[0]:
             return None
         upper = bisect.bisect_left(sizes, n)
@@ -222,6 +229,8 @@ class _Model:
                 return times[upper]
             weight = math.log(n / sizes[upper - 1]) / log_ratios[upper]
             return math.exp((1 - weight) * log_times[upper - 1] + weight * log_times[upper])
+        if n > reach:  # far past this row's end, while other rows measured the candidate further
+            return None
         if exponent is None:  # one size measured: the work's scaling
             return times[-1] * n / sizes[-1]
         if exponent > SCALE_LIMIT:
@@ -232,8 +241,16 @@ class _Model:
         """:func:`_line` of the candidate's series on the row, worked out once."""
         line = self._lines.get((index, row_m))
         if line is None:
-            line = self._lines[(index, row_m)] = _line(self._row_series(index, row_m))
+            line = self._lines[(index, row_m)] = _line(self._row_series(index, row_m), self._edge(index))
         return line
+
+    def _edge(self, index: int) -> int:
+        """The largest N the candidate was measured at, on any row (0 if none)."""
+        edge = self._edges.get(index)
+        if edge is None:
+            edge = self._edges[index] = next(
+                (p["n"] for p in self.points_by_n_desc if p["times"][index] is not None and p["times"][index] > 0), 0)
+        return edge
 
     def _row_series(self, index: int, row_m: int) -> list[tuple[int, float]]:
         key = (index, row_m)
@@ -244,10 +261,14 @@ class _Model:
         return series
 
 
-def _line(series: Sequence[tuple[int, float]]) -> tuple:
+def _line(series: Sequence[tuple[int, float]], edge: int) -> tuple:
     """One candidate's (size, time) series on one row as ``_Model._at`` reads it: (sizes, times, log
     times, log(size / previous size), the exponent past the largest size (None where one size was
-    measured)), each the value ``scaled`` computes from the series."""
+    measured), the largest size it is extrapolated to), each the value ``scaled`` computes from the
+    series. ``edge`` is the largest size the candidate was measured at on any row: a row that ends
+    there extrapolates without bound (past the table's N edge every row does), one that ends short
+    of it only up to ``CLAMP_REACH`` times its end, since rows measured further say more of the
+    query (a row of the domain sweep measured at N = 3 alone had put 262 ms at 1448 x 30522)."""
     sizes = [size for size, _ in series]
     times = [time for _, time in series]
     log_ratios = [None, *(math.log(hi / lo) for lo, hi in zip(sizes, sizes[1:]))]
@@ -256,7 +277,8 @@ def _line(series: Sequence[tuple[int, float]]) -> tuple:
         x2, t2 = series[-1]
         x1, t1 = next((pair for pair in reversed(series[:-1]) if pair[0] * 2 <= x2), series[-2])
         exponent = math.log(t2 / t1) / math.log(x2 / x1)
-    return sizes, times, [math.log(time) for time in times], log_ratios, exponent
+    reach = math.inf if not sizes or sizes[-1] >= edge else sizes[-1] * CLAMP_REACH
+    return sizes, times, [math.log(time) for time in times], log_ratios, exponent, reach
 
 
 def _model_of(table: DispatchTable) -> _Model:

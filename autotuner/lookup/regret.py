@@ -43,7 +43,8 @@ FIT_PASSES = 2  # neighbour-effect updates (more change no pick on the recorded 
 # local-regret-clamped reads a row (one M, along N) that ends before the query's N at its nearest end
 # only while that end is within this factor of the query's N: a query far past a row's end (2 x 2.5M
 # read at (2, 262144), where a long-row kernel was never swept) would otherwise let that distant point
-# veto the kernels measured around the query itself.
+# veto the kernels measured around the query itself. Between two measured points of a line, too, a
+# point farther than this from the query is not read (``_within_reach``).
 CLAMP_REACH = 4
 # The same for columns (one N, along M), with a wider reach: M changes a kernel's ranking more slowly
 # than N (rows per CTA and waves, not the row's fit in registers), and past the largest measured M the
@@ -88,12 +89,15 @@ class Layout:
         self.native = _fastrule.make_layout(
             self.row_keys, [self.rows[m] for m in self.row_keys], [self.row_reach[m] for m in self.row_keys],
             self.col_keys, [self.cols[n] for n in self.col_keys], [self.col_reach[n] for n in self.col_keys],
+            CLAMP_REACH, COLUMN_REACH,
         ) if _fastrule is not None else None
 
     def cell(self, key: tuple[int, bool, int, bool]) -> tuple | None:
         """Where a query lies among the lines, as ``key`` = (its M's ``bisect_left`` in ``row_keys``,
         whether M is a row, the same for N in ``col_keys``), if :func:`stencil` has a closed form there
-        (kept per key): strictly inside a cell whose four corners were measured, (sorted corners, log2
+        (kept per key; only where the cell's sides are within ``CLAMP_REACH`` along N and ``COLUMN_REACH``
+        along M, so that :func:`_within_reach` drops no point of it): strictly inside a cell whose
+        four corners were measured, (sorted corners, log2
         of the lower row, log2 gap of the rows, the same for the columns); on a line between two
         adjacent measured points of it, (sorted corners, whether the line is a row, log2 of the lower
         point, log2 gap). Lower lines are at least 1, so every weight is positive. Else None."""
@@ -107,16 +111,17 @@ class Layout:
         inside_m, inside_n = 0 < upper_m < len(self.row_keys), 0 < upper_n < len(self.col_keys)
         if not m_on and not n_on and inside_m and inside_n:
             (r0, r1), (c0, c1) = self.row_keys[upper_m - 1:upper_m + 1], self.col_keys[upper_n - 1:upper_n + 1]
-            if r0 >= 1 and all(c in rows[r] for r in (r0, r1) for c in (c0, c1)):
+            if (r0 >= 1 and all(c in rows[r] for r in (r0, r1) for c in (c0, c1))
+                    and c1 <= c0 * CLAMP_REACH and r1 <= r0 * COLUMN_REACH):
                 return (((r0, c0), (r0, c1), (r1, c0), (r1, c1)), logs[r0], logs[r1] - logs[r0],
                         logs[c0], logs[c1] - logs[c0])
         elif m_on and not n_on and inside_n:  # on the row M, between two of its columns
             row, (c0, c1) = self.row_keys[upper_m], self.col_keys[upper_n - 1:upper_n + 1]
-            if c0 in rows[row] and c1 in rows[row]:
+            if c0 in rows[row] and c1 in rows[row] and c1 <= c0 * CLAMP_REACH:
                 return ((row, c0), (row, c1)), True, logs[c0], logs[c1] - logs[c0]
         elif n_on and not m_on and inside_m:  # on the column N, between two of its rows
             column, (r0, r1) = self.col_keys[upper_n], self.row_keys[upper_m - 1:upper_m + 1]
-            if r0 >= 1 and column in rows[r0] and column in rows[r1]:
+            if r0 >= 1 and column in rows[r0] and column in rows[r1] and r1 <= r0 * COLUMN_REACH:
                 return ((r0, column), (r1, column)), False, logs[r0], logs[r1] - logs[r0]
         return None
 
@@ -190,14 +195,24 @@ def _along_lines(weights: dict[tuple[int, int], float], keys: Sequence[int], lin
     if not keys:
         return
     corners, parts = [], []
+    factor = CLAMP_REACH if rows else COLUMN_REACH
     for line, line_weight in log_bracket(keys, at, log_at, logs):
         low, high = reach[line]
         if not low <= across <= high:
             continue
-        for value, weight in log_bracket(lines[line], across, log_across, logs):
+        bracket = log_bracket(lines[line], across, log_across, logs)
+        for value, weight in _within_reach(bracket, across, factor) if clamped and len(bracket) == 2 else bracket:
             corners.append((line, value) if rows else (value, line))
             parts.append(line_weight * weight)
     _add_normalised(weights, corners, parts)
+
+
+def _within_reach(bracket: list[tuple[int, float]], across: int, factor: int) -> list[tuple[int, float]]:
+    """The clamped rule reads a line between two measured values (``bracket``, lower first) only at
+    those within ``factor`` of ``across``, as it reads a line's end (bf16 1500 x 30522 had been read
+    from N = 1431, 21x away, for a kernel whose capacity ends at 32768): the nearer alone, or none."""
+    near = [(value, 1.0) for value, _ in bracket if value * factor >= across and value <= across * factor]
+    return bracket if len(near) == 2 else near
 
 
 def _add_normalised(weights: dict[tuple[int, int], float], corners: list, parts: list[float]) -> None:

@@ -43,7 +43,10 @@ failed). ``requires`` (tables fitted from 2026-11-25 on) is what a GPU needs to 
      query, and skips that axis if none does. So at the grid's edge
      (M = 1, the smallest N, ...) a missing point is read from both axes under the clamped rule, from
      its edge line alone under the old one: leave-one-out on the recorded sweeps preferred the
-     former on both GPUs (CHANGELOG.md, 2026-11-23).
+     former on both GPUs (CHANGELOG.md, 2026-11-23). ``local-regret-clamped`` also reads a line
+     between two measured points of it only at a point within that reach of the query (since
+     2026-11-26): a row of the domain sweep measured at N = 1431 and 50257 is read at 50257 alone
+     for N = 30522, at neither where both are that far.
   2. At each neighbour p, a candidate's regret r = its time / the fastest time there, capped at
      ``REGRET_CAP`` (1.5: past that the sweep keeps only a noisy 5-repetition estimate, and all it
      says is "much slower"). A candidate whose constraints exclude p has no value at p; it is

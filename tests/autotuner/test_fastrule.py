@@ -172,13 +172,13 @@ def test_model_time_past_any_valid_shape_computes_its_floor_as_python_does():
 
 def test_bad_arguments_raise_instead_of_crashing():
     with pytest.raises(TypeError):
-        fastrule.make_layout([1], [[1]], [(0.5,)], [1], [[1]], [(0.5, 2.0)])
+        fastrule.make_layout([1], [[1]], [(0.5,)], [1], [[1]], [(0.5, 2.0)], 4, 16)
     with pytest.raises(ValueError):
-        fastrule.make_layout([1, 2], [[1]], [(0.5, 2.0)], [1], [[1]], [(0.5, 2.0)])
+        fastrule.make_layout([1, 2], [[1]], [(0.5, 2.0)], [1], [[1]], [(0.5, 2.0)], 4, 16)
     with pytest.raises(ValueError):
-        fastrule.make_layout([1], [[]], [(0.5, 2.0)], [1], [[1]], [(0.5, 2.0)])
+        fastrule.make_layout([1], [[]], [(0.5, 2.0)], [1], [[1]], [(0.5, 2.0)], 4, 16)
     with pytest.raises(ValueError):  # a capsule of the wrong kind
-        fastrule.model_time(fastrule.make_layout([1], [[1]], [(0.5, 2.0)], [1], [[1]], [(0.5, 2.0)]), 1, 1, 0.0)
+        fastrule.model_time(fastrule.make_layout([1], [[1]], [(0.5, 2.0)], [1], [[1]], [(0.5, 2.0)], 4, 16), 1, 1, 0.0)
     with pytest.raises(TypeError):
         fastrule.best(((1.0, 0, (0.1,)),), [1.0])
     for malformed in ((((1.0, 0),), None), ((1.0,), None), (None, (1, [0.0], (), ((0,), 1),)),

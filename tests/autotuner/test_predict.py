@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from pathlib import Path
 
@@ -35,6 +36,54 @@ def test_scaled_vouches_for_nothing_below_the_measured_sizes_or_past_a_cliff_and
     assert scaled([(1024, 10.0), (4096, 40.0)], 512) is None
     assert scaled([(1024, 10.0), (4096, 80.0)], 8192) is None  # grew 8x for 4x the work
     assert scaled([(4096, 40.0)], 8192) == pytest.approx(80.0)  # one size: in proportion to the work
+
+
+def test_a_row_is_not_extrapolated_far_past_its_end_where_other_rows_measured_further():
+    # the M = 1448 row measured the candidate at N = 3 alone (a domain sweep's row); read at
+    # N = 30522 it would scale 3 -> 30522 in proportion (the shipped H100 fp16 table had put 101 ms
+    # at 1500 x 30522). Rows 1024 and 4096, measured past the query, answer instead.
+    table = DispatchTable({"format_version": 1, "gpu": "x", "dtype": "fp16", "rule": "local-regret-clamped",
+                           "candidates": [{"variant": "k", "config": {}, "constraints": {}}],
+                           "points": [{"m": 1024, "n": 1024, "times": [20.0]}, {"m": 1024, "n": 32768, "times": [50.0]},
+                                      {"m": 1448, "n": 3, "times": [26.0]},
+                                      {"m": 4096, "n": 1024, "times": [67.0]}, {"m": 4096, "n": 32768, "times": [184.0]}]})
+    model = predict._Model(table)
+    time = model.time_python(0, 1500, 30522)
+    assert 50.0 < time < 184.0, time
+    assert model.time(0, 1500, 30522) == time
+    assert model.time_python(0, 1448, 12) == pytest.approx(26.0 * 12 / 3)  # within CLAMP_REACH of its end
+    # past the candidate's largest measured N every row extrapolates (the table's N edge)
+    assert model.time_python(0, 1024, 65536) == pytest.approx(50.0 * 2 ** (math.log(50 / 20) / math.log(32)))
+
+
+def test_predicted_times_of_the_shipped_h100_picks_match_the_held_out_recording():
+    """tests/data/h100_heldout.json.gz: 40 shapes a dtype never fitted on (M 3-6000 off the grid's
+    powers of two, N 2500-200000). Recorded (2026-11-26): error geomean 1.05-1.06, max 1.50 (fp32
+    2000 x 2500); the rows extrapolated without reach had given bf16 a 71x error."""
+    import gzip
+
+    from autotuner.lookup.select import load_shipped_tables
+
+    document = json.loads(gzip.open(Path(__file__).resolve().parents[1] / "data" / "h100_heldout.json.gz", "rt").read())
+    for table in (t for t in load_shipped_tables() if t.gpu == "h100"):
+        measured: dict[tuple[int, int], dict[tuple[str, str], float]] = {}
+        for run in document["runs"]:
+            if (run.get("grid") or {}).get("purpose") != "held-out":
+                continue
+            for row in run["measurements"]:
+                if row["dtype"] == table.dtype and row["status"] == "ok":
+                    candidate = run["candidates"][row["candidate"]]
+                    key = (candidate["variant"], tuple(sorted(candidate["config"].items())))
+                    measured.setdefault((row["m"], row["n"]), {})[key] = row["median_us"]
+        errors = []
+        for (m, n), times in measured.items():
+            found = predict.answer(table, m, n)
+            entry = table.candidates[found.candidate]
+            key = (entry["variant"], tuple(sorted(entry["config"].items())))
+            if key in times:
+                errors.append(math.exp(abs(math.log(found.predicted_us / times[key]))))
+        assert len(errors) >= 35, (table.dtype, len(errors))
+        assert _geomean(errors) < 1.10 and max(errors) < 2.0, (table.dtype, _geomean(errors), max(errors))
 
 
 def test_rows_shorter_than_every_measured_row_get_torch_softmax_with_the_reason(store):
@@ -121,7 +170,8 @@ def test_the_model_predicts_a_dropped_edge_of_the_recorded_grid(table):
 
 def _time_over_every_row(model, index: int, m: int, n: int) -> float | None:
     """The model's time by its definition: ``scaled`` along M over every row's time at n."""
-    along_m = [(row, t) for row in model.row_ms if (t := scaled(model._row_series(index, row), n)) is not None]
+    along_m = [(row, t) for row in model.row_ms
+               if (t := scaled(model._row_series(index, row), n, model._line(index, row)[5])) is not None]
     time = scaled(along_m, max(m, 1))
     if time is None:
         return None

@@ -253,3 +253,24 @@ def test_local_regret_clamped_does_not_read_a_column_measured_only_far_below_the
     assert table.lookup(1500, 24576).candidate == 1
     # within the reach the column still speaks: at M = 16 it is read beside the rows
     assert (2, 24576) in {corner for corner, _ in table.neighbours(16, 24576)}
+
+
+def test_local_regret_clamped_reads_a_line_between_two_far_points_at_the_near_one_only():
+    # the M = 1024 row was measured at N = 1431 and 50257 only; "short" (capacity 32768) wins at 1431
+    # and cannot run at 50257, so at N = 30522 the row would speak for it from a point 21x away.
+    # Between two measured points a value more than CLAMP_REACH away is not read, as a line's end
+    # that far is not; the M = 2048 row measured around the query says "long"
+    doc = document("local-regret-clamped", [
+        {"m": 1024, "n": 1431, "times": [9.0, 3.0]}, {"m": 1024, "n": 50257, "times": [80.0, None]},
+        {"m": 2048, "n": 24000, "times": [70.0, 75.0]}, {"m": 2048, "n": 40000, "times": [110.0, None]}])
+    doc["candidates"] = [{"variant": "long", "config": {}, "constraints": {}},
+                         {"variant": "short", "config": {}, "constraints": {"n_max": 32768}}]
+    table = DispatchTable(doc)
+    corners = {corner for corner, _ in table.neighbours(1500, 30522)}
+    assert (1024, 50257) in corners and (1024, 1431) not in corners
+    assert table.lookup(1500, 30522).candidate == 0
+    # near the other end the row is read at that end: at N = 5000, 3.5x from 1431 and 10x from 50257
+    corners = {corner for corner, _ in table.neighbours(1024, 5000)}
+    assert (1024, 1431) in corners and (1024, 50257) not in corners
+    # the unclamped rule reads the row between both points, however far
+    assert (1024, 1431) in {c for c, _ in DispatchTable({**doc, "rule": "local-regret"}).neighbours(1500, 30522)}
