@@ -158,7 +158,6 @@ class _Model:
         self._series: dict[tuple[int, int], list[tuple[int, float]]] = {}
         self._lines: dict[tuple[int, int], tuple] = {}
         self._edges: dict[int, int] = {}
-        self.points_by_n_desc = sorted(points, key=lambda p: -p["n"])  # for _edge
         self._native: dict[int, object] = {}  # candidate -> its lines for the compiled time
 
     def inside(self, m: int, n: int) -> bool:
@@ -248,8 +247,8 @@ class _Model:
         """The largest N the candidate was measured at, on any row (0 if none)."""
         edge = self._edges.get(index)
         if edge is None:
-            edge = self._edges[index] = next(
-                (p["n"] for p in self.points_by_n_desc if p["times"][index] is not None and p["times"][index] > 0), 0)
+            edge = self._edges[index] = max(
+                (series[-1][0] for row_m in self.row_ms if (series := self._row_series(index, row_m))), default=0)
         return edge
 
     def _row_series(self, index: int, row_m: int) -> list[tuple[int, float]]:
