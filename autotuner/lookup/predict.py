@@ -85,10 +85,11 @@ def answer_fields(table: DispatchTable, m: int, n: int,
         # between measured points the pick is the table rule's, its time the scaling model's (the
         # rule's own estimate, asked for only where the model has none, reads the pick's time at the
         # neighbours where it was measured, which need not bracket the shape: flat in M where only a
-        # smaller row measured it)
+        # smaller row measured it, so it is floored by the bytes as the model's times are: H200 fp16
+        # 10257 x 349210 had been given the 409 us of its M = 1000 neighbour, 7 GB at 17 TB/s)
         time = model.time(candidate, m, n)
-        if not time and predicted is None:
-            predicted = table.estimate(m, n, candidate)
+        if not time:  # the rule's estimate, or the nearest point's time where the rule fell back to it
+            predicted = max(table.estimate(m, n, candidate) if predicted is None else predicted, model.floor(m, n))
         return candidate, time or predicted, False, "table", ""
     times = {i: time for i in allowed if (time := model.time(i, m, n)) is not None}
     # past the largest M only, the table rule ranks (at the edge row) the candidates the model
@@ -213,8 +214,11 @@ class _Model:
                 time = scaled([second, last] if second else [last], x)
         if time is None:
             return None
-        floor = 2 * m * n / self.copy_rate if self.copy_rate else 0.0
-        return max(time, floor)
+        return max(time, self.floor(m, n))
+
+    def floor(self, m: int, n: int) -> float:
+        """The least time the shape can take: its bytes (read + write) at the copy's best bandwidth."""
+        return 2 * m * n / self.copy_rate if self.copy_rate else 0.0
 
     def _at(self, index: int, row_m: int, n: int) -> float | None:
         """``scaled(self._row_series(index, row_m), n)`` from the series' sizes, times, log times, log
