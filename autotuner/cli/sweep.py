@@ -154,7 +154,7 @@ def sweep(
     from autotuner.tune.progress import SweepProgress
     from autotuner.tune.sampling import COARSE_M, COARSE_N, DEFAULT_DOMAIN_BUDGET_S, coarse_shapes, describe_estimate, estimate_seconds
     from autotuner.report.heldout import all_held_out_shapes
-    from autotuner.tune.strategy import DomainStrategy, FixedGrid, every_candidate, run_strategy
+    from autotuner.tune.strategy import DomainStrategy, FixedGrid, every_candidate, run_strategy, winner_or_peer_regret
     from autotuner.tune.sweep import Sweep, plan, usable_variants
     from autotuner.tune.worker import WorkerRunner, resolve_hook
     from kernels import all_variants
@@ -182,7 +182,8 @@ def sweep(
     if not variants:
         raise UserError("no variant can run on this machine (see the reasons above)")
     if kind == "domain":
-        strategy = DomainStrategy(coarse=coarse_shapes(dtypes), avoid=all_held_out_shapes(dtypes))
+        strategy = DomainStrategy(coarse=coarse_shapes(dtypes), avoid=all_held_out_shapes(dtypes),
+                                  error=winner_or_peer_regret())  # issue 30: also where a peer beats ours
         candidates = every_candidate(variants)
         described = {"strategy": "domain", "m": list(COARSE_M), "n": list(COARSE_N), "dtypes": sorted(dtypes)}
     else:

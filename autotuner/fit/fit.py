@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy.orm import Session
 
+from autotuner.fit.launch_cost import preferred_candidates
 from autotuner.tune.measure import QUICK_REPS, VariantConfig
 from autotuner.tune.retime import slower_than_larger
 from autotuner.lookup.table import DEFAULT_RULE, FORMAT_VERSION, DispatchTable
@@ -135,7 +136,9 @@ def _times_by_shape(candidates: Sequence[tuple[str, str]], shapes: Sequence[tupl
 def _prune(candidates: Sequence[tuple[str, str]], rows: dict[tuple[int, int], dict[tuple[str, str], float]],
            margin: float) -> list[tuple[str, str]]:
     """``prune`` on times grouped by shape. A candidate goes when every shape where it is within
-    ``margin`` of the best keeps another candidate within ``margin`` (the same test, counted)."""
+    ``margin`` of the best keeps another candidate within ``margin`` (the same test, counted). A shape's
+    win goes to the candidates ``launch_cost.preferred_candidates`` names there: its fastest, unless one
+    within the noise of them costs less to launch."""
     near: dict[tuple[str, str], list[tuple[int, int]]] = {c: [] for c in candidates}
     wins = dict.fromkeys(candidates, 0)
     count: dict[tuple[int, int], int] = {}
@@ -144,8 +147,9 @@ def _prune(candidates: Sequence[tuple[str, str]], rows: dict[tuple[int, int], di
             continue
         best = min(row.values())
         count[shape] = 0
+        winners = preferred_candidates(row)  # issue 30: a tie within the noise goes to the cheaper launch
         for candidate, time in row.items():
-            wins[candidate] += time == best
+            wins[candidate] += candidate in winners
             if time <= best * (1 + margin):
                 near[candidate].append(shape)
                 count[shape] += 1

@@ -18,8 +18,8 @@ from autotuner.tune import sampling
 from autotuner.lookup.gpu import GpuInfo
 from autotuner.report.heldout import all_held_out_shapes
 from autotuner.tune.measure import WorkItem
-from autotuner.tune.strategy import (DomainStrategy, FixedGrid, midpoint, observations, prediction_error, run_strategy,
-                                winner_regret)
+from autotuner.tune.strategy import (DomainStrategy, FixedGrid, is_ours, midpoint, observations, peer_lead,
+                                     prediction_error, run_strategy, winner_or_peer_regret, winner_regret)
 from autotuner.tune.sweep import Candidate, Sweep, plan
 from db import make_engine
 from kernels import all_variants
@@ -221,6 +221,41 @@ def test_refinement_follows_a_models_error(tmp_path, recorded):
     strategy.next_shapes(seen)
     proposed = set(strategy.refinements(seen))
     assert proposed == {(1024, 4096, "fp32"), (1024, 65536, "fp32"), (128, 16384, "fp32"), (4096, 16384, "fp32")}
+
+
+def test_peer_lead_counts_only_a_peer_faster_than_every_candidate_of_ours():
+    assert is_ours("cuda_warp_row[block=128]") and is_ours("triton_one_row[num_warps=1]")
+    assert not is_ours("torch_softmax[]") and not is_ours("liger_softmax[]") and not is_ours("quack_softmax[]")
+    times = {"cuda_warp_row[a]": 5.0, "triton_one_row[b]": 4.4, "liger_softmax[]": 4.0, "torch_softmax[]": 6.0}
+    assert peer_lead(times) == pytest.approx(0.1)
+    assert peer_lead({**times, "cuda_short_rows[c]": 3.9}) == 0.0
+    assert peer_lead({"torch_softmax[]": 1.0}) == 0.0 and peer_lead({"cuda_warp_row[a]": 1.0}) == 0.0
+
+
+def test_peer_aware_refinement_also_splits_where_a_recorded_peer_beats_ours():
+    """The default domain sweep's coarse lattice as recorded on the H100 (bench/data, real torch and Liger
+    times beside ours): with ``winner_or_peer_regret`` the refinement asks every shape the winners' rule
+    asks, and more, each of them next to a point where a peer beat every candidate of ours by > 3 %
+    (e.g. M = 2^20 x N = 1, where torch took 6.9 us and ours 27.8 on fp16)."""
+    seen: dict[tuple, dict[str, float]] = {}
+    for (_run, m, n, dtype), timings in load_recording(DOMAIN_SWEEP).items():
+        times = seen.setdefault((m, n, dtype), {})
+        for timed in timings:
+            times[timed.candidate] = min(timed.median_us, times.get(timed.candidate, math.inf))
+    lattice = [s for s in sampling.coarse_shapes() if s in seen]
+    assert len(lattice) == len(sampling.coarse_shapes())
+    plain = DomainStrategy(coarse=lattice, lattice=list(lattice))
+    aware = DomainStrategy(coarse=lattice, lattice=list(lattice), error=winner_or_peer_regret())
+    asked, more = plain.refinements(seen), aware.refinements(seen)
+    extra = set(more) - set(asked)
+    assert set(asked) <= set(more) and len(extra) >= 10, (len(asked), len(extra))
+    led = {s for s in lattice if peer_lead(seen[s]) > aware.threshold}
+    for shape in extra:
+        pairs = [(a, b) for a, b in aware.neighbours() if aware._between(a, b) == shape]
+        assert any(a in led or b in led for a, b in pairs), shape
+    assert (524288, 1, "fp16") in extra or (524288, 1, "fp16") in asked
+    assert seen[(1048576, 1, "fp16")]["torch_softmax[]"] < 7.0 < 27.0 < min(
+        t for label, t in seen[(1048576, 1, "fp16")].items() if is_ours(label))
 
 
 def test_refinement_never_proposes_a_held_out_shape():
