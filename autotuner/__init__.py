@@ -1,6 +1,6 @@
 """Softmax kernel-selection autotuner: sweep, fit, lookup, run.
 
-``select_kernel`` imports neither torch nor CuPy; ``softmax`` imports torch when first called.
+``select_kernel`` imports neither torch nor CuPy; ``softmax`` and ``warmup`` import torch when first called.
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from autotuner.lookup.select import KernelChoice, add_table_source, select_kernel
 
-__all__ = ["KernelChoice", "select_kernel", "softmax"]
+__all__ = ["KernelChoice", "select_kernel", "softmax", "warmup"]
 
 
 def softmax(x: Any, dim: int = -1) -> Any:
@@ -16,6 +16,15 @@ def softmax(x: Any, dim: int = -1) -> Any:
     from autotuner.runtime import softmax as _softmax
 
     return _softmax(x, dim)
+
+
+def warmup(gpu: str | None = None, dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16"), progress: Any = None,
+           native: bool = True) -> dict[str, Any]:
+    """Compile every kernel instance the GPU's tables can pick and build the native launch module,
+    so that a server's first requests pay no compile (``autotuner.runtime_warmup.warmup``)."""
+    from autotuner.runtime_warmup import warmup as _warmup
+
+    return _warmup(gpu, dtypes, progress, native)
 
 
 def _default_database_tables() -> list[Any]:
