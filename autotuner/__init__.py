@@ -1,6 +1,6 @@
 """Softmax kernel-selection autotuner: sweep, fit, lookup, run.
 
-``select_kernel`` imports neither torch nor CuPy; ``softmax`` and ``warmup`` import torch when first called.
+``select_kernel`` imports neither torch nor CuPy; ``softmax`` imports torch when first accessed, ``warmup`` when called.
 """
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ from autotuner.lookup.select import KernelChoice, add_table_source, select_kerne
 __all__ = ["KernelChoice", "select_kernel", "softmax", "warmup"]
 
 
-def softmax(x: Any, dim: int = -1) -> Any:
-    """Softmax over ``dim`` with the kernel the dispatch table picks for this GPU and shape."""
-    from autotuner.runtime import softmax as _softmax
+def __getattr__(name: str) -> Any:
+    """``autotuner.softmax`` is ``autotuner.runtime.softmax`` itself (no wrapper's call on the hot
+    path), imported, with torch, on its first access."""
+    if name == "softmax":
+        from autotuner.runtime import softmax
 
-    return _softmax(x, dim)
+        globals()["softmax"] = softmax
+        return softmax
+    raise AttributeError(f"module 'autotuner' has no attribute {name!r}")
 
 
 def warmup(gpu: str | None = None, dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16"), progress: Any = None,

@@ -84,10 +84,14 @@ class KernelConfig:
         return cls(tuple(items))
 
     def __getitem__(self, name: str) -> Any:
-        for key, value in self.params:
-            if key == name:
-                return value
-        raise KeyError(name)
+        # a dict of the params, made on first use: launch geometry reads a config on every call
+        try:
+            return self.__dict__["_by_name"][name]
+        except KeyError:
+            if "_by_name" in self.__dict__:
+                raise
+        object.__setattr__(self, "_by_name", dict(self.params))
+        return self.__dict__["_by_name"][name]
 
     def get(self, name: str, default: Any = None) -> Any:
         try:

@@ -110,6 +110,6 @@ class CudaVariant(Variant):
             if not m:
                 return None
             launch_data = kernel.native(device, grid_of(config, m, n), smem_of(config, dtype, n), (0, 0, m, n))
-            return None if launch_data is None else (launch_data,)
+            return launch_data and (launch_data,)
 
         return launch, native

@@ -178,7 +178,8 @@ class KernelLauncher:
         handle = self._handles.get(device) or self.handle(device)
         if shared_mem and self._smem.get(device, 0) < shared_mem:
             self._raise_smem(device, shared_mem)
-        return (handle, tuple((*grid, 1, 1)[:3]), self.block, shared_mem, self._struct.pack(*args), x_slots, out_slots)
+        return (handle, grid if len(grid) == 3 else tuple((*grid, 1, 1)[:3]), self.block, shared_mem,
+                self._struct.pack(*args), x_slots, out_slots)
 
     def _call_cupy(self, grid: Sequence[int], shared_mem: int, args: Sequence[Any]) -> None:
         """The launch through CuPy's ``RawKernel.__call__`` (numpy scalars give the exact types)."""

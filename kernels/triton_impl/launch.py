@@ -205,6 +205,8 @@ class Launcher:
         self.plain = frozenset(names.index(name) for name in plain)
         self.runtime_names = tuple(names[: len(names) - len(const_names)])
         self._bind = _make_binder(self.runtime_names, self.plain)
+        self._arg_kinds = tuple("pointer" if name.endswith("_ptr") else "plain" if index in self.plain else "int"
+                                for index, name in enumerate(self.runtime_names))
         # key -> (run, function, packed metadata, CompiledKernel); bounded by the buckets launched
         self.compiled: dict[tuple, tuple] = {}
         self._templates: dict[tuple, tuple | None] = {}  # key -> native launch template (see native)
@@ -295,12 +297,13 @@ class Launcher:
         """The key ``_bind`` makes for ``args`` where every tensor is of ``dtype`` and 16-byte aligned."""
         tensor_dtype = _torch_dtypes.get(dtype) or _torch_dtype(dtype)
         key: list[Any] = [device, consts]
-        for index, (name, arg) in enumerate(zip(self.runtime_names, args)):
-            if name.endswith("_ptr"):
-                key += [tensor_dtype, True]
-                continue
-            in32 = _INT32[0] <= arg < _INT32[1]
-            key += [in32] if index in self.plain else [in32, arg == 1, not arg & 15]
+        for kind, arg in zip(self._arg_kinds, args):  # per argument: pointer, plain int or specialised int
+            if kind == "pointer":
+                key += (tensor_dtype, True)
+            elif kind == "plain":
+                key.append(-2147483648 <= arg < 2147483648)
+            else:
+                key += (-2147483648 <= arg < 2147483648, arg == 1, not arg & 15)
         return tuple(key)
 
 

@@ -82,6 +82,7 @@ def test_native_launch_on_edge_rows_and_misaligned_input(native_module):
     from autotuner import runtime, softmax
 
     x = edge_input(4096, "fp16")
+    softmax(x)
     y = softmax(x)
     _needs_parameter_sizes(x.shape[0], 4096, "fp16")
     assert _key(x) in runtime._recent
@@ -98,7 +99,8 @@ def test_dispatched_small_shapes_take_the_native_path(native_module, m, n, dtype
     from autotuner import runtime, softmax
 
     x = random_input(m, n, dtype)
-    assert check_softmax(softmax(x), x, dtype).ok
+    for _ in range(2):  # a Triton bucket first met compiles on the Python path: native from its next call
+        assert check_softmax(softmax(x), x, dtype).ok
     _needs_parameter_sizes(m, n, dtype)
     assert _key(x) in runtime._recent, "the host-cost targets' shapes must take the native path"
     assert check_softmax(softmax(x), x, dtype).ok
