@@ -57,6 +57,7 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: torch.c
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream)
 _native_run: Any = None  # the loaded module's run(x, stream, plan), bound once it is loaded
+_module_loaded: Any = None  # the module, once loaded (reset with _native_run where it fails)
 
 
 def _gpu_key(index: int) -> str:
@@ -106,12 +107,12 @@ def instance_for(device: int, m: int, n: int, dtype: str) -> Any:
 
 def native_module() -> Any:
     """The native launch module where it is loaded and has not failed (see ``kernels.native``)."""
-    global _native_run
+    global _native_run, _module_loaded
     if _native_failed:
         return None
     module = native_loader.load()
     if module is not None and _native_run is None:
-        _native_run = module.run
+        _native_run, _module_loaded = module.run, module
     return module
 
 
@@ -121,14 +122,15 @@ def _remember(key: tuple, entry: tuple) -> None:
     _recent[key] = entry
 
 
-def _launch_native(device: int, rows: Any, build: Any) -> Any:
+def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
     """``rows``' softmax through the native module (``device`` current), or None where it cannot
     take the call; the launches are kept for the shape (``_recent``)."""
-    module = native_module()
+    global _module_loaded
+    module = _module_loaded or native_module()
     guard = build.native_guard
     if module is None or build.native is None or (guard is not None and not guard()):
         return None
-    m, n = rows.shape
+    m, n = shape
     stream = _raw_stream(device)
     launches = build.native(device, stream, m, n)
     if launches is None:
@@ -138,27 +140,28 @@ def _launch_native(device: int, rows: Any, build: Any) -> Any:
         out = module.run(rows, stream, plan)
     except (RuntimeError, SystemError, TypeError, ValueError) as exc:  # a module built wrong: Python path
         _native_failed.append(f"{type(exc).__name__}: {exc}")
+        _module_loaded = None
         _recent.clear()
         warnings.warn(f"the native launch module failed ({_native_failed[0]}); softmax() takes the Python path",
                       RuntimeWarning, stacklevel=4)
         return None
     if out is not None:
-        _remember((device, rows.shape, rows.dtype), (plan, stream if build.stream_bound else None, guard))
+        _remember((device, shape, rows.dtype), (plan, stream if build.stream_bound else None, guard))
     return out
 
 
 def _launch(device: int, rows: Any, dtype: str) -> Any:
     """The softmax of 2-D contiguous ``rows`` (M, N > 0) on ``device``, on its current stream."""
-    m, n = rows.shape
-    build = instance_for(device, m, n, dtype)
+    shape = rows.shape
+    build = instance_for(device, shape[0], shape[1], dtype)
     if _current_device() != device:  # kernel handles and the stream are the current device's
         with torch.cuda.device(device):
-            return _launch_current(device, rows, build)
-    return _launch_current(device, rows, build)
+            return _launch_current(device, rows, build, shape)
+    return _launch_current(device, rows, build, shape)
 
 
-def _launch_current(device: int, rows: Any, build: Any) -> Any:
-    out = _launch_native(device, rows, build)
+def _launch_current(device: int, rows: Any, build: Any, shape: Any) -> Any:
+    out = _launch_native(device, rows, build, shape)
     if out is None:
         out = _empty_like(rows)
         build.launch(rows, out)

@@ -188,7 +188,7 @@ def run_case(label: str, m: int, n: int, dtype: str, forced: str | None, rounds:
 
 def _forced_call(runtime, build, x):
     """A forced variant's build through the runtime's launch path (native where it can), not the pick."""
-    return runtime._launch_current(x.get_device(), x, build)
+    return runtime._launch_current(x.get_device(), x, build, x.shape)
 
 
 # --- pieces ----------------------------------------------------------------------------------------

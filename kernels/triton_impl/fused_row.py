@@ -27,7 +27,7 @@ import triton.language as tl
 from kernels.base import DTYPE_BYTES, Build, KernelConfig, next_power_of_two
 from kernels.triton_impl.common import TritonVariant, config_options
 from kernels.triton_impl.device import device_sms, interpreting, probe_tensor, resources_of, sm_count
-from kernels.triton_impl.launch import OUT, X, hooks_idle, launcher_for
+from kernels.triton_impl.launch import OUT, X, hooks_idle_guard, launcher_for
 from kernels.triton_impl.tiles import LOG2E
 
 WARP_CHOICES = (1, 2, 4, 8, 16, 32)
@@ -117,4 +117,4 @@ class TritonFusedRow(TritonVariant):
             launch_data = launcher.native(device, dtype, (programs,), (X, OUT, m, n_cols), (next_power_of_two(n_cols), stages))
             return None if launch_data is None else (launch_data,)
 
-        return Build(self.name, config, dtype, launch, resources, native, native_guard=hooks_idle)
+        return Build(self.name, config, dtype, launch, resources, native, native_guard=hooks_idle_guard())

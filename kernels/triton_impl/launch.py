@@ -176,9 +176,11 @@ def _torch_dtype(name: str) -> Any:
     return value
 
 
-def hooks_idle() -> bool:
-    """Whether no Triton launch hook is registered (a native launch would not call it)."""
-    return _hooks_idle()
+def hooks_idle_guard() -> Any:
+    """``guard() -> bool``: no Triton launch hook is registered (a native launch would not call it);
+    the check itself, so that a kept launch pays one call for it."""
+    _hooks_idle()  # binds the check on first use
+    return _hooks_idle
 
 
 class Launcher:

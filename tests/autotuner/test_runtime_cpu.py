@@ -57,6 +57,7 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(runtime, "_raw_stream", lambda index: state.stream)
     monkeypatch.setattr(runtime, "_native_run", module.run)
     monkeypatch.setattr(runtime, "native_module", lambda: module)
+    monkeypatch.setattr(runtime, "_module_loaded", None)
     monkeypatch.setattr(runtime, "_recent", {})
     monkeypatch.setattr(runtime, "_builds", {})
     return state

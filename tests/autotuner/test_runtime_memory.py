@@ -57,6 +57,7 @@ def test_caches_stay_bounded_by_the_kernel_instances_over_100000_new_shapes(monk
     monkeypatch.setattr(runtime, "_current_device", lambda: -1)
     monkeypatch.setattr(runtime, "_raw_stream", lambda index: 0)
     monkeypatch.setattr(runtime, "native_module", lambda: module)
+    monkeypatch.setattr(runtime, "_module_loaded", None)
     monkeypatch.setattr(runtime, "_native_run", module.run)
     rng = random.Random(29)
     dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
