@@ -6,7 +6,6 @@ torch.compile traces the custom op, and the caches stay bounded over 100,000 new
 from __future__ import annotations
 
 import contextlib
-import random
 import types
 
 import pytest
