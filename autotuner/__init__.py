@@ -1,6 +1,6 @@
 """Softmax kernel-selection autotuner: sweep, fit, lookup, run.
 
-``select_kernel`` imports neither torch nor CuPy; ``softmax`` imports torch when first called.
+``select_kernel`` imports neither torch nor CuPy; ``softmax`` imports torch when first accessed, ``warmup`` when called.
 """
 from __future__ import annotations
 
@@ -8,14 +8,27 @@ from typing import Any
 
 from autotuner.lookup.select import KernelChoice, add_table_source, select_kernel
 
-__all__ = ["KernelChoice", "select_kernel", "softmax"]
+__all__ = ["KernelChoice", "select_kernel", "softmax", "warmup"]
 
 
-def softmax(x: Any, dim: int = -1) -> Any:
-    """Softmax over ``dim`` with the kernel the dispatch table picks for this GPU and shape."""
-    from autotuner.runtime import softmax as _softmax
+def __getattr__(name: str) -> Any:
+    """``autotuner.softmax`` is ``autotuner.runtime.softmax`` itself (no wrapper's call on the hot
+    path), imported, with torch, on its first access."""
+    if name == "softmax":
+        from autotuner.runtime import softmax
 
-    return _softmax(x, dim)
+        globals()["softmax"] = softmax
+        return softmax
+    raise AttributeError(f"module 'autotuner' has no attribute {name!r}")
+
+
+def warmup(gpu: str | None = None, dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16"), progress: Any = None,
+           native: bool = True) -> dict[str, Any]:
+    """Compile every kernel instance the GPU's tables can pick and build the native launch module,
+    so that a server's first requests pay no compile (``autotuner.runtime_warmup.warmup``)."""
+    from autotuner.runtime_warmup import warmup as _warmup
+
+    return _warmup(gpu, dtypes, progress, native)
 
 
 def _default_database_tables() -> list[Any]:
