@@ -18,8 +18,10 @@ NARROW = {"COLUMNS": "60", "TERM": "dumb"}
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(*args: str):
-    return CliRunner().invoke(app, list(args), env=NARROW)
+def run(*args: str, home: Path | None = None):
+    """The CLI as a pipe runs it; ``home``: a fresh install whose default database lives there."""
+    env = {**NARROW, **({"XDG_DATA_HOME": str(home), "AUTOTUNER_DB": None} if home else {})}
+    return CliRunner().invoke(app, list(args), env=env)
 
 
 def test_version_prints_the_package_version():
@@ -49,20 +51,21 @@ def test_import_prints_json_that_parses_at_a_narrow_width(source_engine, tmp_pat
 @pytest.mark.parametrize("args", [["select", "4096", "32000", "bf16", "--gpu", "h100"], ["kernels", "--json"],
                                   ["tables", "--json"]])
 def test_json_output_is_never_wrapped(args, tmp_path):
-    result = run(*args, *(["--db", str(tmp_path / "t.sqlite")] if args[0] == "tables" else []))
+    result = run(*args, home=tmp_path)
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)
 
 
-def test_status_of_a_fresh_database_is_exit_0_and_says_what_to_do(tmp_path):
-    result = run("status", "--db", str(tmp_path / "fresh.sqlite"))
+def test_status_of_a_fresh_install_is_exit_0_and_says_what_to_do(tmp_path):
+    result = run("status", home=tmp_path)
     assert result.exit_code == 0, result.output
     assert "no sweep runs" in result.output and "autotuner import" in " ".join(result.output.split())
-    assert json.loads(run("status", "--db", str(tmp_path / "fresh.sqlite"), "--json").output)["gpus"] == []
+    assert json.loads(run("status", "--json", home=tmp_path).output)["gpus"] == []
+    assert list(tmp_path.iterdir()) == []  # the default database is read, never made, by a reader
 
 
 def test_report_on_a_fresh_install_says_how_to_import_the_shipped_recordings(tmp_path):
-    result = run("report", "--gpu", "h100", "--db", str(tmp_path / "fresh.sqlite"))
+    result = run("report", "--gpu", "h100", home=tmp_path)
     text = " ".join(result.output.split())
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
     assert f"autotuner import {ROOT / 'tests' / 'data' / 'h100_sweep.json.gz'}" in text
@@ -83,3 +86,33 @@ def test_flags_show_no_value_type_in_help(command):
     assert "<bool>" not in result.output, result.output
     wide = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"}).output
     assert re.search(r"--port\s+<int", wide), wide  # an option that takes a value still shows its type
+
+
+@pytest.mark.parametrize("command", [["status"], ["report", "--gpu", "h100"], ["export", "out.json"], ["tables"],
+                                     ["select", "8", "1024", "bf16", "--gpu", "h100"]])
+def test_a_read_only_command_on_a_missing_database_exits_2_and_creates_nothing(command, tmp_path):
+    missing = tmp_path / "missing" / "path.sqlite"
+    result = run(*command, "--db", str(missing), home=tmp_path / "home")
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == f"error: no database at {missing}; check --db or $AUTOTUNER_DB (a command that " \
+                                    "only reads creates none)"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_default_database_reads_as_empty(tmp_path):
+    database = tmp_path / "softmax-autotuner" / "tuning.sqlite"
+    database.parent.mkdir()
+    database.touch()
+    listing = json.loads(run("tables", "--json", home=tmp_path).output)
+    assert listing and all(row["origin"].startswith("shipped:") and row["answers"] for row in listing)
+    assert run("status", home=tmp_path).exit_code == 0
+    assert database.stat().st_size == 0
+
+
+def test_spread_on_a_missing_database_exits_2_and_creates_nothing(tmp_path, capsys):
+    from autotuner.report.spread import main
+
+    with pytest.raises(SystemExit) as exited:
+        main([str(tmp_path / "a" / "x.sqlite"), str(tmp_path / "b.sqlite")])
+    assert exited.value.code == 2 and "no database at" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
