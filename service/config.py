@@ -119,10 +119,10 @@ def parse_upload_tokens(text: str) -> list[UploadGrant]:
         return [UploadGrant(name, _checked_token(token, f"{where} {name!r}"), _gpu_keys(gpus, where))
                 for name, token, gpus in entries]
     grants = []
-    for entry in text.split(","):
+    for number, entry in enumerate(text.split(","), 1):
         gpus, separator, token = entry.strip().partition(":")
-        if not separator or not gpus:
-            raise ValueError(f"{where} entry {entry.strip()[:24]!r}... is not GPU[+GPU...]:TOKEN")
+        if not separator or not gpus:  # the entry itself is not shown: it may be a token
+            raise ValueError(f"{where} entry {number} is not GPU[+GPU...]:TOKEN")
         grants.append(UploadGrant(gpus, _checked_token(token, f"{where} {gpus}"), _gpu_keys(gpus.split("+"), where)))
     return grants
 

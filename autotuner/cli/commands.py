@@ -194,8 +194,11 @@ def serve(
     db: DbOption = None,
 ) -> None:
     """Serve /dispatch, /gpus, /tables, /kernels, /measurements and the dispatch-map page over HTTP."""
-    from service.config import Settings
+    from service.config import Settings, SettingsError
     from service.main import run
 
-    settings = Settings(database_url=db) if db else Settings()
+    try:
+        settings = Settings(database_url=db) if db else Settings()
+    except SettingsError as exc:  # a short or shared upload token, a scope naming an unknown GPU
+        raise UserError(str(exc), code=2) from None
     run(host, port, settings)

@@ -116,3 +116,33 @@ def test_spread_on_a_missing_database_exits_2_and_creates_nothing(tmp_path, caps
         main([str(tmp_path / "a" / "x.sqlite"), str(tmp_path / "b.sqlite")])
     assert exited.value.code == 2 and "no database at" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_db_upgrade_of_a_newer_database_is_one_line_and_leaves_no_backup(tmp_path):
+    import sqlite3
+
+    from db.engine import make_engine
+
+    path = tmp_path / "newer.sqlite"
+    make_engine(str(path)).dispose()
+    with sqlite3.connect(path) as connection:  # as a later program would have left it
+        connection.execute("UPDATE alembic_version SET version_num = '0009'")
+        connection.execute("UPDATE schema_info SET value = '9' WHERE key = 'schema_version'")
+    for _attempt in range(2):
+        result = run("db", "upgrade", "--db", str(path))
+        assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+        assert "schema revision 0009, which this program does not know" in " ".join(result.output.split())
+    assert sorted(p.name for p in tmp_path.iterdir() if ".bak" in p.name) == []
+
+
+def test_import_of_an_implausible_document_is_one_line_and_stores_nothing(source_engine, tmp_path):  # noqa: F811
+    document = exported(source_engine)
+    document["runs"][0]["measurements"][0]["median_us"] = 1e-300
+    path = tmp_path / "forged.json"
+    path.write_text(json.dumps(document))
+    result = run("import", str(path), "--db", str(tmp_path / "target.sqlite"))
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    text = " ".join(result.output.split())
+    assert "refused, nothing stored: rule time-floor, 1 place(s): runs[0].measurements[0]: 4096x16000 bf16" in text
+    assert "rule quantile-order" in text  # 1e-300 is also below its own p20
+    assert json.loads(run("status", "--db", str(tmp_path / "target.sqlite"), "--json").output)["gpus"] == []

@@ -108,3 +108,28 @@ def test_times_within_their_spread_or_of_failed_rows_are_no_contradiction():
     assert guard.contradictions([row(3, 14.0, 10.0, 20.0), row(2, 10.0, 8.0, 12.0)]) == []  # 10/12 < 1.5
     assert guard.contradictions([row(3, 100.0), row(2, 10.0, status="wrong")]) == []
     assert guard.contradictions([row(3, 100.0, m=8), row(2, 10.0, m=16)]) == []  # other shapes
+
+
+def test_fit_lists_newest_measurements_that_contradict_an_earlier_run(tmp_path):
+    import gzip
+
+    with gzip.open(SWEEP, "rt") as handle:
+        first = json.load(handle)["runs"][0]
+    rerun = copy.deepcopy(first)
+    rerun.update(started_at="2030-01-01T00:00:00Z", finished_at=None, host="another-host")
+    slowed = [row for row in rerun["measurements"] if row["status"] == "ok" and row["dtype"] == "bf16"][:7]
+    for row in slowed:  # three times slower, far beyond either run's p20-p80 spread
+        for name in ("median_us", "p20_us", "p80_us"):
+            row[name] *= 3
+        row["gbps"] /= 3
+    document = tmp_path / "runs.json"
+    document.write_text(json.dumps({"format_version": 1, "runs": [first, rerun]}))
+    database = str(tmp_path / "t.sqlite")
+    runner = CliRunner()
+    assert runner.invoke(app, ["import", str(document), "--db", database]).exit_code == 0
+    result = runner.invoke(app, ["fit", "--gpu", "h100", "--dtype", "bf16", "--db", database, "--replace-worse"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    assert "warning: h100/bf16/cold: 7 newest measurement(s) differ from an earlier run's of the same shape" in text
+    row = slowed[0]
+    assert f"{row['m']}x{row['n']} " in text and "(and 2 more)" in text
