@@ -146,3 +146,23 @@ def test_import_of_an_implausible_document_is_one_line_and_stores_nothing(source
     assert "refused, nothing stored: rule time-floor, 1 place(s): runs[0].measurements[0]: 4096x16000 bf16" in text
     assert "rule quantile-order" in text  # 1e-300 is also below its own p20
     assert json.loads(run("status", "--db", str(tmp_path / "target.sqlite"), "--json").output)["gpus"] == []
+
+
+def test_an_empty_default_database_makes_no_lookup_warn(tmp_path, monkeypatch, caplog):
+    import logging
+
+    from autotuner.lookup.select import reset_default_store, select_kernel
+
+    database = tmp_path / "softmax-autotuner" / "tuning.sqlite"
+    database.parent.mkdir()
+    database.touch()
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.delenv("AUTOTUNER_DB", raising=False)
+    reset_default_store()
+    try:
+        with caplog.at_level(logging.WARNING):
+            choice = select_kernel(4096, 32000, "bf16", gpu="h100")
+        assert choice.source == "table" and not caplog.records, [r.getMessage() for r in caplog.records]
+    finally:
+        reset_default_store()
+    assert database.stat().st_size == 0
