@@ -68,11 +68,14 @@ class TableSummary(BaseModel):
     dtype: str
     timing_method: str
     rule: str
-    source: Literal["database", "shipped"]
+    source: Literal["database", "shipped"] = Field(description="which table answers: the database's current "
+                                                               "fitted one, or the package's shipped one")
     candidates: int
     points: int
     regret: Optional[RegretFigures] = None
-    created_at: Optional[str] = None
+    created_at: Optional[str] = Field(default=None, description="when the table was fitted")
+    source_runs: Optional[list[int]] = Field(default=None, description="the sweep runs it was fitted from "
+                                             "(ids in the database that fitted it)")
     etag: str
 
 

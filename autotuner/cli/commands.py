@@ -20,12 +20,17 @@ def fit(
     rule: Annotated[str, typer.Option(help="Lookup rule: local-regret-clamped (default), local-regret, interp-log or nearest-log.")] = DEFAULT_RULE,
     export: Annotated[Optional[str], typer.Option(help="Also write each table as JSON into this folder.")] = None,
     any_source: Annotated[bool, typer.Option("--any-source", help="Also use rows measured with an older source of a variant (default: current source only).")] = False,
+    replace_worse: Annotated[bool, typer.Option("--replace-worse", help="Store a table even where it answers worse, or covers less, than the one answering today.")] = False,
 ) -> None:
-    """Fit dispatch tables from the measurements and print their leave-one-out regret."""
+    """Fit dispatch tables from the measurements and print their leave-one-out regret. A table that would
+    answer worse than, or cover less than, the one answering today (fitted or shipped) is not stored
+    without --replace-worse; measurements that contradict earlier ones of the same shapes are listed."""
+    from functools import partial
     from pathlib import Path
 
     from sqlalchemy.orm import Session
 
+    from autotuner.fit import guard
     from autotuner.fit.fit import FitError, fit_table
     from autotuner.tune.grid import parse_dtypes
     from autotuner.lookup.gpu import validate_gpu_key
@@ -38,14 +43,26 @@ def fit(
     key = validate_gpu_key(gpu)
     engine = make_engine(db)
     report = Table("gpu", "dtype", "method", "candidates", "shapes", "regret geomean", "p95", "max")
-    fitted = 0
+    fitted = refused = 0
     for dt in parse_dtypes(dtype):
         with Session(engine, expire_on_commit=False) as session, session.begin():
+            today = guard.incumbent(session, key, dt, method)
             try:
-                document = fit_table(session, key, dt, method, rule=rule, any_source=any_source)
+                document = fit_table(session, key, dt, method, rule=rule, any_source=any_source,
+                                     accept=partial(guard.check_replacement, today=today, replace_worse=replace_worse))
+            except guard.WorseTableError as exc:
+                console.print(f"[red]refused:[/red] {exc}", highlight=False)
+                refused += 1
+                continue
             except FitError as exc:
                 console.print(f"[yellow]{exc}[/yellow]", highlight=False)
                 continue
+            found = guard.fit_contradictions(session, key, dt, method, document["environment"]["id"])
+        if found:
+            console.print(f"[yellow]warning:[/yellow] {key}/{dt}/{method}: {len(found)} newest measurement(s) differ from "
+                          f"an earlier run's of the same shape by more than {guard.CONTRADICTION_FACTOR}x beyond both "
+                          f"spreads (the fit takes the newest): " + "; ".join(map(str, found[:guard.SHOWN]))
+                          + (f" (and {len(found) - guard.SHOWN} more)" if len(found) > guard.SHOWN else ""), highlight=False)
         fitted += 1
         regret = document["regret"]
         report.add_row(key, dt, method, str(len(document["candidates"])), str(len(document["points"])),
@@ -54,9 +71,13 @@ def fit(
             folder = Path(export)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{key}_{dt}_{method}.json").write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
-    if not fitted:
+    if not fitted and not refused:
         raise UserError(f"nothing fitted for {key}: run `autotuner sweep --gpu {key}` first")
-    print_table(report)
+    if fitted:
+        print_table(report)
+    if refused:
+        raise UserError(f"{refused} table(s) not stored: they would answer worse than, or cover less than, the "
+                        f"tables answering today (see above); {guard.REPLACE_FLAG} stores them anyway")
 
 
 @command("select")
@@ -66,12 +87,18 @@ def select_command(
     dtype: Annotated[str, typer.Argument(help="fp32, fp16 or bf16 (aliases accepted).")],
     gpu: Annotated[Optional[str], typer.Option(help="GPU model (default: this machine's).")] = None,
     method: MethodOption = "cold",
+    db: DbOption = None,
 ) -> None:
-    """Print the kernel the dispatch tables choose for one shape, as JSON."""
-    from autotuner.lookup.select import select_kernel
+    """Print the kernel the dispatch tables choose for one shape, as JSON, with the table that answered
+    (``table``: shipped or the database's, its fit time and source runs; null for the fallback)."""
+    from autotuner.report.reports import answering_store, table_origin
 
     check_method(method)
-    print_json(select_kernel(m, n, dtype, gpu=gpu, timing_method=method).as_dict())
+    store, from_database = answering_store(db)
+    choice = store.select(m, n, dtype, gpu=gpu, method=method)
+    table_gpu = choice.source.removeprefix("nearest-gpu:").split("/")[0] if choice.source.startswith("nearest-gpu:") else choice.gpu
+    table = store.get(table_gpu, choice.dtype, method)
+    print_json({**choice.as_dict(), "table": table_origin(table, table is not None and table.key in from_database)})
 
 
 @command()
@@ -90,15 +117,16 @@ def report(
     from autotuner.report.bench import markdown, shape_reports, summary
     from autotuner.tune.grid import parse_dtypes
     from autotuner.lookup.gpu import validate_gpu_key
-    from db.engine import EmptyDatabaseError, make_engine
+    from db.engine import reader_engine
 
     check_method(method)
     key = validate_gpu_key(gpu)
-    try:
-        with Session(make_engine(db, create=False)) as session:
+    engine = reader_engine(db)
+    reports = []
+    if engine is not None:
+        with Session(engine) as session:
             reports = shape_reports(session, key, method, parse_dtypes(dtype))
-    except EmptyDatabaseError:
-        reports = []
+        engine.dispose()
     if not reports:
         raise UserError(f"no measurements of {key} with method {method} in this database: {how_to_fill(key)}")
     table = Table("dtype", "M", "N", "copy us", "best own us", "fraction", "torch us", "best own")
@@ -137,18 +165,25 @@ def kernels(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON l
 @command()
 def tables(db: DbOption = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False) -> None:
-    """List the shipped and fitted dispatch tables with their regret figures."""
+    """List the shipped and fitted dispatch tables with their regret figures, fit time and source runs;
+    ``answers`` marks the table that answers its GPU, dtype and method (a database's overlays the shipped)."""
     from autotuner.report.reports import table_listing
 
     listing = table_listing(db)
     if as_json:
         print_json(listing)
         return
-    table = Table("origin", "gpu", "dtype", "method", "candidates", "shapes", "regret geomean", "p95", "max")
+    table = Table("origin", "answers", "gpu", "dtype", "method", "candidates", "shapes", "regret geomean", "p95", "max",
+                  "fitted", "runs")
     for row in listing:
-        table.add_row(row["origin"], row["gpu"], row["dtype"], row["timing_method"], str(row["candidate_count"]),
-                      str(row["shape_count"]), *(f"{row[k]:.4f}" if row[k] is not None else "-"
-                                                 for k in ("regret_geomean", "regret_p95", "regret_max")))
+        if "error" in row:
+            table.add_row(row["origin"], "no", row["error"])
+            continue
+        runs = row["source_runs"] or []
+        table.add_row(row["origin"], "yes" if row["answers"] else "no", row["gpu"], row["dtype"], row["timing_method"],
+                      str(row["candidate_count"]), str(row["shape_count"]),
+                      *(f"{row[k]:.4f}" if row[k] is not None else "-" for k in ("regret_geomean", "regret_p95", "regret_max")),
+                      row["created_at"] or "-", f"{len(runs)}: {min(runs)}..{max(runs)}" if runs else "-")
     print_table(table)
 
 
@@ -159,8 +194,11 @@ def serve(
     db: DbOption = None,
 ) -> None:
     """Serve /dispatch, /gpus, /tables, /kernels, /measurements and the dispatch-map page over HTTP."""
-    from service.config import Settings
+    from service.config import Settings, SettingsError
     from service.main import run
 
-    settings = Settings(database_url=db) if db else Settings()
+    try:
+        settings = Settings(database_url=db) if db else Settings()
+    except SettingsError as exc:  # a short or shared upload token, a scope naming an unknown GPU
+        raise UserError(str(exc), code=2) from None
     run(host, port, settings)

@@ -27,10 +27,14 @@ def export_command(
     from sqlalchemy.orm import Session
 
     from autotuner.records.exchange import export_runs
-    from db.engine import make_engine
+    from db.engine import reader_engine
 
-    with Session(make_engine(db, create=False)) as session:
+    engine = reader_engine(db)
+    if engine is None:
+        raise UserError("the database is empty: nothing exported")
+    with Session(engine) as session:
         document = export_runs(session, run_ids=run, gpu_key=gpu)
+    engine.dispose()
     if not document["runs"]:
         raise UserError("no runs matched: nothing exported")
     text = json.dumps(document, default=str)

@@ -233,14 +233,16 @@ def status(
 
     from autotuner.lookup.gpu import validate_gpu_key
     from autotuner.report.status import database_status
-    from db.engine import EmptyDatabaseError, make_engine
+    from db.engine import reader_engine
 
     key = validate_gpu_key(gpu) if gpu else None
-    try:
-        with Session(make_engine(db, create=False)) as session:
-            report = database_status(session, key)
-    except EmptyDatabaseError:  # a fresh install: nothing measured yet is a state, not an error
+    engine = reader_engine(db)
+    if engine is None:  # a fresh install: nothing measured yet is a state, not an error
         report = {"gpus": [], "work_list": {"by_status": {}, "claimed": []}}
+    else:
+        with Session(engine) as session:
+            report = database_status(session, key)
+        engine.dispose()
     if as_json:
         print_json(report)
         return

@@ -300,8 +300,10 @@ def without_disturbed(observations: Sequence[Observation]) -> list[Observation]:
 
 def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
               rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN, environment_id: int | None = None,
-              any_source: bool = False, include_peers: bool = False, save: bool = True) -> dict[str, Any]:
-    """Fit, score and (if ``save``) store the table of one (GPU, dtype, method); returns the document."""
+              any_source: bool = False, include_peers: bool = False, save: bool = True,
+              accept: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+    """Fit, score and (if ``save``) store the table of one (GPU, dtype, method); returns the document.
+    ``accept(document)`` runs before it is stored and may refuse it by raising (``fit/guard.py``)."""
     inputs = fit_inputs(session, gpu_key, dtype, timing_method, environment_id=environment_id,
                         any_source=any_source, include_peers=include_peers)
     observations, constraints, runs = inputs.observations, inputs.constraints, inputs.runs
@@ -313,6 +315,8 @@ def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "
                               environment={"id": inputs.environment_id}, requirements=inputs.requirements)
     document["regret"] = leave_one_out_regret(observations, constraints, rule=rule, prune_margin=prune_margin)
     document["excluded_failing"] = sorted(f"{v}[{k}]" for v, k in inputs.banned)
+    if accept is not None:
+        accept(document)
     if save:
         queries.save_table(session, inputs.gpu, dtype, timing_method, document, source_runs=runs,
                            candidate_count=len(document["candidates"]), regret=document["regret"],

@@ -125,3 +125,14 @@ def runnable_candidates(candidates: Sequence[Mapping[str, Any]], table_gpu: str,
         elif runs_on(requirements, spec):
             runnable.add(index)
     return frozenset(runnable)
+
+
+# Memory sizes each model is sold with, in GiB as the datasheets count them (a device reports a little
+# less: an H100 80GB 79.2 GiB, an H200 139.8 of its 141): what an upload's ``memory_bytes`` is checked
+# against (``autotuner.records.plausibility``). Sources as above; H100 SXM5 also 64 and 94 GB parts, GH200
+# 96 and 144 GB, B200 180 and 192 GB (HGX and DGX B200 datasheets).
+MEMORY_GIB: Mapping[str, tuple[int, ...]] = {
+    "a100": (40, 80), "a100-pcie": (40, 80), "a10": (24,), "l4": (24,), "l40": (48,), "l40s": (48,),
+    "rtx4090": (24,), "h100": (64, 80, 94), "h100-pcie": (80,), "h200": (141,), "gh200": (96, 144),
+    "h100-nvl": (94,), "h800": (80,), "a800": (40, 80), "b200": (180, 192),
+}

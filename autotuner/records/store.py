@@ -6,7 +6,7 @@ import logging
 from sqlalchemy.orm import Session
 
 from autotuner.lookup.table import DispatchTable
-from db.engine import make_engine
+from db.engine import reader_engine
 from db.location import chosen_database_url, missing_sqlite_file
 from db.queries import current_tables
 
@@ -14,9 +14,12 @@ log = logging.getLogger(__name__)
 
 
 def tables_in_database(url: str | None = None, engine=None) -> list[DispatchTable]:  # noqa: ANN001
-    """The current table of every (GPU, dtype, method) in the database at ``url`` (or ``engine``)."""
+    """The current table of every (GPU, dtype, method) in the database at ``url`` (or ``engine``); none
+    from an empty database or a default one not yet made (``db.engine.reader_engine``: never creates one)."""
     owned = engine is None
-    engine = engine or make_engine(url, create=False)
+    engine = engine or reader_engine(url)
+    if engine is None:
+        return []
     try:
         with Session(engine) as session:
             return [DispatchTable(row.payload) for row in current_tables(session)]

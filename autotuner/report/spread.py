@@ -21,7 +21,8 @@ from rich.console import Console
 from sqlalchemy.orm import Session
 
 from autotuner.tune.measure import QUICK_REPS
-from db import make_engine, queries
+from db import queries
+from db.engine import DatabaseError, reader_engine
 
 Key = tuple[str, str, int, int, str]  # variant, config_key, m, n, dtype
 
@@ -76,7 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     timings = []
     gpu = args.gpu
     for path in (args.first, args.second):
-        with Session(make_engine(path, create=False)) as session:
+        try:
+            engine = reader_engine(path)
+        except DatabaseError as exc:
+            parser.error(str(exc))
+        if engine is None:
+            parser.error(f"{path} is an empty database")
+        with Session(engine) as session:
             if gpu is None:
                 keys = [g.key for g in queries.list_gpus(session)]
                 if len(keys) != 1:

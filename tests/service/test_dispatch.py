@@ -66,7 +66,16 @@ def test_dispatch_without_gpu_needs_a_default(client, settings):
     assert "gpu is required" in response.json()["message"]
     with TestClient(create_app(settings.model_copy(update={"default_gpu": "a100"}))) as defaulted:
         body = defaulted.get("/dispatch", params={"m": 8, "n": 1024, "dtype": "bf16"}).json()
+        defaulted_schema = defaulted.get("/openapi.json").json()
     assert body["gpu"] == "a100"
+
+    def gpu_parameter(schema: dict) -> dict:
+        return next(p for p in schema["paths"]["/dispatch"]["get"]["parameters"] if p["name"] == "gpu")
+
+    # the schema says what the answers do: required without a default GPU, optional with one
+    required = gpu_parameter(client.get("/openapi.json").json())
+    assert required["required"] is True and "no AUTOTUNER_DEFAULT_GPU" in required["description"]
+    assert gpu_parameter(defaulted_schema).get("required", False) is False
 
 
 @pytest.mark.parametrize("params, place", [

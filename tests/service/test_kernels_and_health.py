@@ -26,14 +26,16 @@ def test_healthz_reports_database_and_tables(client, auth):
     assert body["tables"]["last_error"] is None and body["tables"]["loaded_at"].endswith("Z")
 
 
-def test_healthz_is_degraded_but_answers_when_the_database_is_gone(settings, tmp_path):
+def test_healthz_is_degraded_but_answers_when_the_database_is_gone(settings, tmp_path, auth):
     from sqlalchemy import create_engine
 
     app = create_app(settings)
     with TestClient(app) as client:
         app.state.engine = create_engine(f"sqlite:///{tmp_path / 'missing-dir' / 'x.sqlite'}")
         body = client.get("/healthz").json()
+        detailed = client.get("/healthz", headers=auth).json()
         dispatch = client.get("/dispatch", params={"m": 8, "n": 1024, "dtype": "bf16", "gpu": "h100"})
     assert body["status"] == "degraded" and body["database"]["reachable"] is False
-    assert "unable to open database file" in body["database"]["error"]
+    assert body["database"]["error"] == "OperationalError (details only with an upload token)"
+    assert "unable to open database file" in detailed["database"]["error"]  # the driver's text: token holders only
     assert dispatch.status_code == 200  # answered from the tables already loaded
