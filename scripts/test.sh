@@ -6,6 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
 
+# Headless Chromium for the page's screenshot test (tests/service/test_page.py): installed from the
+# distribution's packages where this runs as root with apt-get; without it that test skips itself.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  if (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/tmp/autotuner-chromium.log 2>&1; then
+    echo "test.sh: chromium installed for the page's screenshot test"
+  else
+    echo "test.sh: could not install chromium (log: /tmp/autotuner-chromium.log); the screenshot test will be skipped" >&2
+  fi
+fi
+
 pg_dir=""
 # On exit: stop the throwaway server and remove its folder (data, logs, socket; about 40 MB).
 cleanup() {
