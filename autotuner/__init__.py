@@ -8,7 +8,16 @@ from typing import Any
 
 from autotuner.lookup.select import KernelChoice, add_table_source, select_kernel
 
-__all__ = ["KernelChoice", "select_kernel", "softmax"]
+__all__ = ["KernelChoice", "__version__", "select_kernel", "softmax"]
+
+
+def __getattr__(name: str) -> Any:
+    # ``__version__`` read on first access: importlib.metadata costs the lookup's import several ms
+    if name == "__version__":
+        from autotuner._version import package_version
+
+        return package_version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def softmax(x: Any, dim: int = -1) -> Any:

@@ -147,24 +147,11 @@ def print_table(table: Any) -> None:
         Console(file=out.file, width=10_000, no_color=out.no_color).print(table)
 
 
-def version() -> str:
-    """The installed package's version, or pyproject.toml's beside a source checkout."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("softmax-autotuner")
-    except metadata.PackageNotFoundError:
-        import re
-        from pathlib import Path
-
-        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-        found = re.search(r'^version = "([^"]+)"', pyproject.read_text(), re.M) if pyproject.is_file() else None
-        return found.group(1) if found else "unknown"
-
-
 def _show_version(value: bool) -> None:
     if value:
-        out.print(f"softmax-autotuner {version()}", highlight=False)
+        from autotuner import __version__
+
+        out.print(f"softmax-autotuner {__version__}", highlight=False)
         raise typer.Exit()
 
 
