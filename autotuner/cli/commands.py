@@ -117,20 +117,21 @@ def report(
 
 @app.command()
 def kernels(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False) -> None:
-    """List every registered kernel variant, its seed, dtypes, configs and whether it runs here."""
-    from autotuner.report.catalog import describe_variants
+    """List every registered kernel variant: seed, dtypes, configs, what a GPU needs to run it (compute
+    capability, shared memory, cluster), the GPU models that do, and whether it runs here."""
+    from autotuner.report.catalog import describe_variants, needs_text
 
     described = describe_variants()
     if as_json:
         print_json(described)
         return
-    table = Table("variant", "seed", "backend", "dtypes", "configs", "available")
-    for column in table.columns[:5]:  # names whole; only the reason wraps on a narrow terminal
+    table = Table("variant", "seed", "backend", "dtypes", "configs", "min sm", "needs", "runs on", "available")
+    for column in table.columns[:6]:  # names whole; the needs, models and reason wrap on a narrow terminal
         column.no_wrap = True
     table.columns[0].min_width = max((len(entry["name"]) for entry in described), default=7)
     for entry in described:
         table.add_row(entry["name"], entry["seed"], entry["backend"], ",".join(entry["dtypes"]), str(len(entry["configs"])),
-                      "yes" if entry["available"] else f"no: {entry['reason']}")
+                      *needs_text(entry), "yes" if entry["available"] else f"no: {entry['reason']}")
     print_table(table)
 
 

@@ -77,6 +77,15 @@ def test_kernels_table_keeps_every_name_whole_at_a_narrow_width():
     assert not missing, result.output
 
 
+def test_kernels_show_min_arch_needs_and_gpu_models():
+    wide = CliRunner().invoke(app, ["kernels"], env={"COLUMNS": "400", "TERM": "dumb"}).output
+    row = next(line for line in wide.splitlines() if "cuda_cluster_split" in line)
+    assert "sm_90" in row and "cluster 2/4/8/16" in row and "h100" in row and "a100" not in row
+    assert "smem 227 KB/block" in next(line for line in wide.splitlines() if "cuda_smem_cache_extreme" in line)
+    listed = {entry["name"]: entry for entry in json.loads(run("kernels", "--json").output)}
+    assert listed["cuda_warp_row"]["needs"]["min_arch"] == 80 and "a100" in listed["cuda_warp_row"]["runs_on"]
+
+
 @pytest.mark.parametrize("command", [["kernels"], ["status"], ["sweep"]])
 def test_flags_show_no_value_type_in_help(command):
     result = run(*command, "--help")
