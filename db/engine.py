@@ -35,7 +35,7 @@ class DatabaseError(RuntimeError):
 
 
 class DatabasePathError(DatabaseError):
-    """The database path itself cannot be used (its folder cannot be created)."""
+    """The database path itself cannot be used (a directory, or its folder cannot be created)."""
 
 
 class EmptyDatabaseError(DatabaseError):
@@ -85,7 +85,7 @@ def make_engine(url: str | None = None, *, create: bool = True, check: bool = Tr
     if is_sqlite and parsed.database and parsed.database != ":memory:":
         path = Path(parsed.database)
         if path.exists() and path.is_dir():
-            raise DatabaseError(f"database path {path} is a directory, expected an SQLite file")
+            raise DatabasePathError(f"database path {path} is a directory, expected an SQLite file")
         if path.exists() and path.stat().st_size > 0:
             with open(path, "rb") as handle:
                 if handle.read(16) != b"SQLite format 3\x00":

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, command, console, how_to_fill, out, print_json, print_table
+from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, command, console, how_to_fill, out, print_json, print_table
 from autotuner.lookup.table import DEFAULT_RULE
 
 
@@ -32,7 +32,6 @@ def fit(
     from autotuner.lookup.table import RULES
     from db.engine import make_engine
 
-    check_method(method)
     if rule not in RULES:
         raise UserError(f"--rule {rule!r} is not one of {', '.join(RULES)}", code=2)
     key = validate_gpu_key(gpu)
@@ -59,18 +58,18 @@ def fit(
     print_table(report)
 
 
-@command("select")
+# a negative M or N is read as a value (and refused by its range, exit 2), not as an unknown option
+@command("select", context_settings={"ignore_unknown_options": True})
 def select_command(
-    m: Annotated[int, typer.Argument(help="Rows.", min=0)],
-    n: Annotated[int, typer.Argument(help="Row length.", min=1)],
-    dtype: Annotated[str, typer.Argument(help="fp32, fp16 or bf16 (aliases accepted).")],
+    m: Annotated[int, typer.Argument(metavar="M", help="Rows (M >= 0).", min=0)],
+    n: Annotated[int, typer.Argument(metavar="N", help="Row length (N >= 1).", min=1)],
+    dtype: Annotated[str, typer.Argument(metavar="DTYPE", help="fp32, fp16 or bf16 (aliases accepted).")],
     gpu: Annotated[Optional[str], typer.Option(help="GPU model (default: this machine's).")] = None,
     method: MethodOption = "cold",
 ) -> None:
     """Print the kernel the dispatch tables choose for one shape, as JSON."""
     from autotuner.lookup.select import select_kernel
 
-    check_method(method)
     print_json(select_kernel(m, n, dtype, gpu=gpu, timing_method=method).as_dict())
 
 
@@ -81,18 +80,18 @@ def report(
     dtype: DtypesOption = "all",
     method: MethodOption = "cold",
     markdown_file: Annotated[Optional[str], typer.Option("--markdown", help="Also write the per-shape table here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the shapes and per-dtype figures as JSON instead.")] = False,
 ) -> None:
     """Per shape: our best kernel against a copy of the same bytes (fraction of speed of light)."""
     from pathlib import Path
 
     from sqlalchemy.orm import Session
 
-    from autotuner.report.bench import markdown, shape_reports, summary
+    from autotuner.report.bench import markdown, report_document, shape_reports, summary
     from autotuner.tune.grid import parse_dtypes
     from autotuner.lookup.gpu import validate_gpu_key
     from db.engine import EmptyDatabaseError, make_engine
 
-    check_method(method)
     key = validate_gpu_key(gpu)
     try:
         with Session(make_engine(db, create=False)) as session:
@@ -101,6 +100,11 @@ def report(
         reports = []
     if not reports:
         raise UserError(f"no measurements of {key} with method {method} in this database: {how_to_fill(key)}")
+    if markdown_file:
+        Path(markdown_file).write_text(markdown(reports) + "\n")
+    if as_json:
+        print_json(report_document(key, method, reports))
+        return
     table = Table("dtype", "M", "N", "copy us", "best own us", "fraction", "torch us", "best own")
     for r in reports:
         table.add_row(r.dtype, str(r.m), str(r.n), *(f"{v:.2f}" if v else "-" for v in (r.copy_us, r.best_own_us, r.fraction, r.torch_us)),
@@ -111,8 +115,6 @@ def report(
         out.print(f"{dt}: {figures['shapes']} shapes, geomean {figures['geomean'] or 0:.3f} of copy speed, "
                   f"min {figures['min'] or 0:.3f} ({figures['worst_shape']}), "
                   f"min on >=64MB {figures['big_min'] or 0:.3f} over {figures['big_shapes']} shapes", highlight=False)
-    if markdown_file:
-        Path(markdown_file).write_text(markdown(reports) + "\n")
 
 
 @app.command()

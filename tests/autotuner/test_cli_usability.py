@@ -38,13 +38,18 @@ def test_an_unusable_db_path_is_one_line_and_exit_2():
         assert "Traceback" not in result.output
 
 
-def test_import_prints_json_that_parses_at_a_narrow_width(source_engine, tmp_path):  # noqa: F811
+def test_import_says_what_it_wrote_in_a_line_and_json_on_request(source_engine, tmp_path):  # noqa: F811
     document = tmp_path / "runs.json"
     document.write_text(json.dumps(exported(source_engine)))
     result = run("import", str(document), "--db", str(tmp_path / "target.sqlite"))
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
-    assert summary and all(isinstance(value, (int, list, dict)) for value in summary.values()), summary
+    line = " ".join(result.output.split())
+    assert re.fullmatch(r"imported \d+ new run\(s\), 0 already here, of [\w, -]+: \d+ measurements, \d+ copy "
+                        r"references, \d+ candidates \(run ids [\d, -]+\)", line), line
+    again = run("import", str(document), "--db", str(tmp_path / "target.sqlite"), "--json")
+    summary = json.loads(again.output)  # parses at a narrow width: never wrapped
+    assert again.exit_code == 0 and summary["runs_created"] == 0 and summary["runs_reused"] >= 1, summary
+    assert all(isinstance(value, (int, list, dict)) for value in summary.values()), summary
 
 
 @pytest.mark.parametrize("args", [["select", "4096", "32000", "bf16", "--gpu", "h100"], ["kernels", "--json"],
