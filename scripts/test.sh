@@ -37,4 +37,11 @@ if [ -z "${AUTOTUNER_TEST_POSTGRES_URL:-}" ] && command -v initdb >/dev/null && 
     tail -n 20 "$pg_dir"/*.log >&2 2>/dev/null || true
   fi
 fi
-python -m pytest "$@"
+# The CPU suite runs on every core (pytest-xdist, a test file per worker so that a module's fixtures, such
+# as an imported recording, are built once); a GPU host runs one process so that GPU timings are not
+# disturbed. TEST_WORKERS=N (0: no workers) chooses.
+workers=${TEST_WORKERS:-}
+if [ -z "$workers" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1; then workers=0; else workers=auto; fi
+fi
+python -m pytest -n "$workers" --dist loadfile "$@"
