@@ -88,6 +88,8 @@ def _light_child(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
 
 
 def test_a_light_install_answers_select_kernel_and_serves_dispatch(tmp_path):
+    """select_kernel, autotuner select, /dispatch (GET and HEAD) and /kernels with torch, Triton and
+    NumPy not importable, and none of them imported."""
     code = """
 import json, sys
 try:
@@ -105,8 +107,11 @@ with TestClient(create_app(Settings())) as client:
     dispatch = client.get("/dispatch", params={"m": 4096, "n": 4096, "dtype": "bf16", "gpu": "h100"})
     head = client.head("/dispatch", params={"m": 4096, "n": 4096, "dtype": "bf16", "gpu": "h100"})
     kernels = client.get("/kernels")
+from typer.testing import CliRunner
+from autotuner.cli import app
+selected = json.loads(CliRunner().invoke(app, ["select", "4096", "4096", "bf16", "--gpu", "h100"]).stdout)
 loaded = sorted(m for m in sys.modules if m.partition(".")[0] in ("torch", "triton", "numpy"))
-print(json.dumps({"choice": choice.as_dict(), "dispatch": [dispatch.status_code, dispatch.json()],
+print(json.dumps({"choice": choice.as_dict(), "dispatch": [dispatch.status_code, dispatch.json()], "cli": selected,
                   "head": [head.status_code, head.text], "kernels": kernels.status_code, "loaded": loaded}))
 """
     child = _light_child(code, tmp_path)
@@ -114,7 +119,7 @@ print(json.dumps({"choice": choice.as_dict(), "dispatch": [dispatch.status_code,
     answer = json.loads(child.stdout.strip().splitlines()[-1])
     assert answer["choice"]["source"] == "table" and answer["choice"]["variant"] != "torch_softmax"
     status, body = answer["dispatch"]
-    assert status == 200 and body["variant"] == answer["choice"]["variant"]
+    assert status == 200 and body["variant"] == answer["choice"]["variant"] == answer["cli"]["variant"]
     assert answer["head"] == [200, ""] and answer["kernels"] == 200 and answer["loaded"] == []
 
 
