@@ -48,7 +48,8 @@ VARIANT_COLOURS: dict[str, str] = {
 # A variant not registered here (a plugin, a renamed variant in an old table): a colour from its name's
 # CRC, so it is stable across pages and restarts too.
 EXTRA_COLOURS = ("#4e79a7", "#59a14f", "#b07aa1", "#9c755f", "#76b7b2", "#edc948", "#d37295", "#bab0ac")
-NO_CHOICE = "#e8e8e8"  # no candidate admits the shape: select_kernel answers torch_softmax as fallback
+NO_CHOICE = "#e8e8e8"  # select_kernel's fallback: no candidate admits the shape or was measured near it
+FALLBACK_LABEL = "fallback to torch_softmax"
 
 STEPS_PER_OCTAVE = 2
 CELL = 10  # pixels per cell
@@ -95,8 +96,8 @@ def axis_values(maximum: int) -> list[int]:
 
 
 def dispatch_grid(table: DispatchTable) -> list[list[tuple[str | None, bool]]]:
-    """Per cell (rows M, columns N): the variant ``select_kernel`` answers with this table (None where
-    no candidate admits the shape) and whether the scaling model alone answered it. Asked of a store of
+    """Per cell (rows M, columns N): the variant ``select_kernel`` answers with this table (None for
+    its torch_softmax fallback) and whether the scaling model alone answered it. Asked of a store of
     this table only, so the service's answer cache is left alone."""
     store = TableStore([table], cache_limit=1)
     grid = []
@@ -119,7 +120,7 @@ def _section(live: LiveTables, table: DispatchTable) -> str:
     modelled = sum(model for row in grid for _, model in row)
     legend = "".join(
         f'<li><span class="swatch" style="background:{colour_of(name) if name else NO_CHOICE}"></span>'
-        f'{_e(name or "no admissible kernel (torch_softmax fallback)")} <span class="count">{_share(count, cells)}</span></li>'
+        f'{_e(name or FALLBACK_LABEL)} <span class="count">{_share(count, cells)}</span></li>'
         for name, count in sorted(shares.items(), key=lambda item: (-item[1], item[0] or ""))
     )
     if modelled:
@@ -157,7 +158,7 @@ def _map_svg(table: DispatchTable, grid: Sequence[Sequence[tuple[str | None, boo
             if model:
                 hatched.append(rect)
             start = col
-    names = {colour_of(v) if v else NO_CHOICE: v or "no admissible kernel" for row in grid for v, _ in row}
+    names = {colour_of(v) if v else NO_CHOICE: v or FALLBACK_LABEL for row in grid for v, _ in row}
     paths = "".join(f'<path fill="{colour}" d="{"".join(parts)}"><title>{_e(names[colour])}</title></path>'
                     for colour, parts in runs.items())
     if hatched:

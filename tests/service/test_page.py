@@ -18,7 +18,7 @@ from kernels import all_variants
 from scripts.screenshot_page import find_browser, read_png, take_screenshot
 from service.app import create_app
 from service.config import Settings
-from service.page import NO_CHOICE, VARIANT_COLOURS, axis_values, colour_of, dispatch_grid
+from service.page import FALLBACK_LABEL, NO_CHOICE, VARIANT_COLOURS, axis_values, colour_of, dispatch_grid
 from tests.service.fixture_data import MS, NS, VARIANTS, copy_time_us, table_payload
 
 MAP_PIXELS = 41 * 49 * 10 * 10  # cells of half an octave, 10 x 10 px each
@@ -37,7 +37,7 @@ def test_page_shows_one_map_per_table_with_legend_and_regret(client):
         assert f'<section id="{anchor}">' in page
     assert page.count('role="img"') == 4  # one map per table
     assert "geomean <b>1.012×</b>" in page and "leave-one-out" in page
-    assert set(legend_colours(page)) <= {v.name for v in VARIANTS} | {"no admissible kernel (torch_softmax fallback)"}
+    assert set(legend_colours(page)) <= {v.name for v in VARIANTS} | {FALLBACK_LABEL}
     assert len(legend_colours(page)) >= 3
     assert "<script" not in page and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
 
@@ -74,7 +74,7 @@ def test_speed_of_light_is_the_geomean_over_measured_points(client):
 def test_colours_are_fixed_per_variant_on_every_page(client):
     everything, one = legend_colours(client.get("/").text), legend_colours(client.get("/", params={"gpu": "h100", "dtype": "bf16"}).text)
     assert one and all(everything[name] == colour for name, colour in one.items())
-    assert all(colour == colour_of(name) for name, colour in everything.items() if not name.startswith("no admissible"))
+    assert all(colour == colour_of(name) for name, colour in everything.items() if name != FALLBACK_LABEL)
     assert colour_of("a_plugin_variant") == colour_of("a_plugin_variant") and colour_of("a_plugin_variant") not in (NO_CHOICE,)
 
 
