@@ -8,17 +8,21 @@ from typing import Any
 
 from autotuner.lookup.select import KernelChoice, add_table_source, select_kernel
 
-__all__ = ["KernelChoice", "select_kernel", "softmax", "warmup"]
+__all__ = ["KernelChoice", "__version__", "select_kernel", "softmax", "warmup"]
 
 
 def __getattr__(name: str) -> Any:
     """``autotuner.softmax`` is ``autotuner.runtime.softmax`` itself (no wrapper's call on the hot
-    path), imported, with torch, on its first access."""
+    path), imported, with torch, on its first access; ``__version__`` from the package metadata."""
     if name == "softmax":
         from autotuner.runtime import softmax
 
         globals()["softmax"] = softmax
         return softmax
+    if name == "__version__":  # read on first access: importlib.metadata costs the lookup's import several ms
+        from autotuner._version import package_version
+
+        return package_version()
     raise AttributeError(f"module 'autotuner' has no attribute {name!r}")
 
 

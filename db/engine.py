@@ -36,7 +36,7 @@ class DatabaseError(RuntimeError):
 
 
 class DatabasePathError(DatabaseError):
-    """The database path itself cannot be used (its folder cannot be created)."""
+    """The database path itself cannot be used (a directory, or its folder cannot be created)."""
 
 
 class EmptyDatabaseError(DatabaseError):
@@ -95,7 +95,7 @@ def make_engine(url: str | None = None, *, create: bool = True, check: bool = Tr
         if not create and check and path.is_file() and path.stat().st_size == 0:  # connecting would write a header
             raise EmptyDatabaseError(f"database {path} is empty; run `autotuner sweep` to fill it")
         if path.exists() and path.is_dir():
-            raise DatabaseError(f"database path {path} is a directory, expected an SQLite file")
+            raise DatabasePathError(f"database path {path} is a directory, expected an SQLite file")
         if path.exists() and path.stat().st_size > 0:
             with open(path, "rb") as handle:
                 if handle.read(16) != b"SQLite format 3\x00":

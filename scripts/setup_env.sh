@@ -11,6 +11,6 @@ stamp=.venv/.installed-$(cat pyproject.toml autotuner/lookup/_fastrule*.[ch] | s
 if [ ! -f "$stamp" ]; then
   python -m pip install -q --upgrade pip
   python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0" || python -m pip install -q torch
-  python -m pip install -q -e '.[dev]'
+  python -m pip install -q -e '.[dev,kernels]'
   touch "$stamp"
 fi

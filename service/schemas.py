@@ -100,6 +100,14 @@ class TableDocument(BaseModel):
     regret: Optional[RegretFigures] = None
 
 
+class KernelNeeds(BaseModel):
+    min_arch: int = Field(description="oldest compute capability x 10 (90: sm_90) any config runs on")
+    smem_per_block_max: Optional[int] = Field(description="bytes of shared memory one block asks for, most "
+                                                          "demanding config; null: static shared memory only")
+    smem_per_block_min: Optional[int] = Field(description="the same, least demanding config")
+    cluster_sizes: list[int] = Field(description="thread-block cluster sizes its configs use (sm_90+)")
+
+
 class KernelInfo(BaseModel):
     name: str
     seed: str
@@ -109,6 +117,10 @@ class KernelInfo(BaseModel):
     configs: list[dict[str, Any]]
     available: Optional[bool] = Field(description="null: not checked (the server need not have a GPU)")
     reason: str
+    needs: Optional[KernelNeeds] = Field(description="what a GPU needs to run the variant's configs; null: "
+                                                     "unknown (the variant's module could not be imported)")
+    runs_on: list[str] = Field(description="GPU models of the lookup's list that run at least one config")
+    runs_every_config_on: list[str] = Field(description="GPU models of the lookup's list that run every config")
 
 
 class MeasurementOut(BaseModel):

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, command, console, how_to_fill, out, print_json, print_table
+from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, command, console, how_to_fill, out, print_json, print_table
 from autotuner.lookup.table import DEFAULT_RULE
 
 
@@ -37,7 +37,6 @@ def fit(
     from autotuner.lookup.table import RULES
     from db.engine import make_engine
 
-    check_method(method)
     if rule not in RULES:
         raise UserError(f"--rule {rule!r} is not one of {', '.join(RULES)}", code=2)
     key = validate_gpu_key(gpu)
@@ -80,11 +79,12 @@ def fit(
                         f"tables answering today (see above); {guard.REPLACE_FLAG} stores them anyway")
 
 
-@command("select")
+# a negative M or N is read as a value (and refused by its range, exit 2), not as an unknown option
+@command("select", context_settings={"ignore_unknown_options": True})
 def select_command(
-    m: Annotated[int, typer.Argument(help="Rows.", min=0)],
-    n: Annotated[int, typer.Argument(help="Row length.", min=1)],
-    dtype: Annotated[str, typer.Argument(help="fp32, fp16 or bf16 (aliases accepted).")],
+    m: Annotated[int, typer.Argument(metavar="M", help="Rows (M >= 0).", min=0)],
+    n: Annotated[int, typer.Argument(metavar="N", help="Row length (N >= 1).", min=1)],
+    dtype: Annotated[str, typer.Argument(metavar="DTYPE", help="fp32, fp16 or bf16 (aliases accepted).")],
     gpu: Annotated[Optional[str], typer.Option(help="GPU model (default: this machine's).")] = None,
     method: MethodOption = "cold",
     db: DbOption = None,
@@ -93,7 +93,6 @@ def select_command(
     (``table``: shipped or the database's, its fit time and source runs; null for the fallback)."""
     from autotuner.report.reports import answering_store, table_origin
 
-    check_method(method)
     store, from_database = answering_store(db)
     choice = store.select(m, n, dtype, gpu=gpu, method=method)
     table_gpu = choice.source.removeprefix("nearest-gpu:").split("/")[0] if choice.source.startswith("nearest-gpu:") else choice.gpu
@@ -108,18 +107,18 @@ def report(
     dtype: DtypesOption = "all",
     method: MethodOption = "cold",
     markdown_file: Annotated[Optional[str], typer.Option("--markdown", help="Also write the per-shape table here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the shapes and per-dtype figures as JSON instead.")] = False,
 ) -> None:
     """Per shape: our best kernel against a copy of the same bytes (fraction of speed of light)."""
     from pathlib import Path
 
     from sqlalchemy.orm import Session
 
-    from autotuner.report.bench import markdown, shape_reports, summary
+    from autotuner.report.bench import markdown, report_document, shape_reports, summary
     from autotuner.tune.grid import parse_dtypes
     from autotuner.lookup.gpu import validate_gpu_key
     from db.engine import reader_engine
 
-    check_method(method)
     key = validate_gpu_key(gpu)
     engine = reader_engine(db)
     reports = []
@@ -129,6 +128,11 @@ def report(
         engine.dispose()
     if not reports:
         raise UserError(f"no measurements of {key} with method {method} in this database: {how_to_fill(key)}")
+    if markdown_file:
+        Path(markdown_file).write_text(markdown(reports) + "\n")
+    if as_json:
+        print_json(report_document(key, method, reports))
+        return
     table = Table("dtype", "M", "N", "copy us", "best own us", "fraction", "torch us", "best own")
     for r in reports:
         table.add_row(r.dtype, str(r.m), str(r.n), *(f"{v:.2f}" if v else "-" for v in (r.copy_us, r.best_own_us, r.fraction, r.torch_us)),
@@ -139,26 +143,25 @@ def report(
         out.print(f"{dt}: {figures['shapes']} shapes, geomean {figures['geomean'] or 0:.3f} of copy speed, "
                   f"min {figures['min'] or 0:.3f} ({figures['worst_shape']}), "
                   f"min on >=64MB {figures['big_min'] or 0:.3f} over {figures['big_shapes']} shapes", highlight=False)
-    if markdown_file:
-        Path(markdown_file).write_text(markdown(reports) + "\n")
 
 
 @app.command()
 def kernels(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False) -> None:
-    """List every registered kernel variant, its seed, dtypes, configs and whether it runs here."""
-    from autotuner.report.catalog import describe_variants
+    """List every registered kernel variant: seed, dtypes, configs, what a GPU needs to run it (compute
+    capability, shared memory, cluster), the GPU models that do, and whether it runs here."""
+    from autotuner.report.catalog import describe_variants, needs_text
 
     described = describe_variants()
     if as_json:
         print_json(described)
         return
-    table = Table("variant", "seed", "backend", "dtypes", "configs", "available")
-    for column in table.columns[:5]:  # names whole; only the reason wraps on a narrow terminal
+    table = Table("variant", "seed", "backend", "dtypes", "configs", "min sm", "needs", "runs on", "available")
+    for column in table.columns[:6]:  # names whole; the needs, models and reason wrap on a narrow terminal
         column.no_wrap = True
     table.columns[0].min_width = max((len(entry["name"]) for entry in described), default=7)
     for entry in described:
         table.add_row(entry["name"], entry["seed"], entry["backend"], ",".join(entry["dtypes"]), str(len(entry["configs"])),
-                      "yes" if entry["available"] else f"no: {entry['reason']}")
+                      *needs_text(entry), "yes" if entry["available"] else f"no: {entry['reason']}")
     print_table(table)
 
 

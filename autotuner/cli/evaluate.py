@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterable, Optional
+from typing import Annotated, Any, Callable, Iterable, Literal, Optional
 
 import typer
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, check_method, command, console, out, print_json, print_table
+from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, command, console, out, print_json, print_table
+from autotuner.report.heldout import HELD_OUT_SETS
 
-SetOption = Annotated[Optional[str], typer.Option(
-    "--set", help="A named held-out set (autotuner/report/heldout.py): attention, vocab, long, odd, small_m, huge_m, "
+SetName = Literal[tuple(HELD_OUT_SETS)]  # type: ignore[valid-type] - checked and listed by Typer
+SetOption = Annotated[Optional[SetName], typer.Option(
+    "--set", case_sensitive=False, help="A named held-out set (autotuner/report/heldout.py): attention, vocab, long, odd, small_m, huge_m, "
                   "domain (those six), or the real workloads llm_vocab, attention_rows, moe_router, workloads (those "
                   "three). Replaces --m/--n.")]
 SeedOption = Annotated[Optional[int], typer.Option(
@@ -80,7 +82,6 @@ def evaluate(
     from autotuner.records.store import tables_in_database
     from db.engine import make_engine
 
-    check_method(method)
     dtypes = grids.parse_dtypes(dtype)
     engine = make_engine(db)
     named = chosen_shapes(shape_set, seed, count, m, n, dtypes,
@@ -152,7 +153,6 @@ def bench(
     from autotuner.lookup.select import default_store
     from autotuner.report.heldout import tensor_bytes
 
-    check_method(method)
     if graph_launch and method == "graph":
         raise UserError("--graph-launch goes with --method cold or warm: --method graph already replays graphs", code=2)
     if (shape_set is not None or seed is not None) and held_out:

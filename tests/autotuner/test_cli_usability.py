@@ -25,9 +25,10 @@ def run(*args: str, home: Path | None = None):
 
 
 def test_version_prints_the_package_version():
+    import autotuner
+
     result = run("--version")
-    declared = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
-    assert result.exit_code == 0 and result.output.strip() == f"softmax-autotuner {declared}"
+    assert result.exit_code == 0 and result.output.strip() == f"softmax-autotuner {autotuner.__version__}"
 
 
 def test_an_unusable_db_path_is_one_line_and_exit_2():
@@ -39,13 +40,18 @@ def test_an_unusable_db_path_is_one_line_and_exit_2():
         assert "Traceback" not in result.output
 
 
-def test_import_prints_json_that_parses_at_a_narrow_width(source_engine, tmp_path):  # noqa: F811
+def test_import_says_what_it_wrote_in_a_line_and_json_on_request(source_engine, tmp_path):  # noqa: F811
     document = tmp_path / "runs.json"
     document.write_text(json.dumps(exported(source_engine)))
     result = run("import", str(document), "--db", str(tmp_path / "target.sqlite"))
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
-    assert summary and all(isinstance(value, (int, list, dict)) for value in summary.values()), summary
+    line = " ".join(result.output.split())
+    assert re.fullmatch(r"imported \d+ new run\(s\), 0 already here, of [\w, -]+: \d+ measurements, \d+ copy "
+                        r"references, \d+ candidates \(run ids [\d, -]+\)", line), line
+    again = run("import", str(document), "--db", str(tmp_path / "target.sqlite"), "--json")
+    summary = json.loads(again.output)  # parses at a narrow width: never wrapped
+    assert again.exit_code == 0 and summary["runs_created"] == 0 and summary["runs_reused"] >= 1, summary
+    assert all(isinstance(value, (int, list, dict)) for value in summary.values()), summary
 
 
 @pytest.mark.parametrize("args", [["select", "4096", "32000", "bf16", "--gpu", "h100"], ["kernels", "--json"],
@@ -77,6 +83,15 @@ def test_kernels_table_keeps_every_name_whole_at_a_narrow_width():
     cells = {cell.strip() for line in result.output.splitlines() for cell in line.split("│")}
     missing = [v.name for v in all_variants() if v.name not in cells]
     assert not missing, result.output
+
+
+def test_kernels_show_min_arch_needs_and_gpu_models():
+    wide = CliRunner().invoke(app, ["kernels"], env={"COLUMNS": "400", "TERM": "dumb"}).output
+    row = next(line for line in wide.splitlines() if "cuda_cluster_split" in line)
+    assert "sm_90" in row and "cluster 2/4/8/16" in row and "h100" in row and "a100" not in row
+    assert "smem 227 KB/block" in next(line for line in wide.splitlines() if "cuda_smem_cache_extreme" in line)
+    listed = {entry["name"]: entry for entry in json.loads(run("kernels", "--json").output)}
+    assert listed["cuda_warp_row"]["needs"]["min_arch"] == 80 and "a100" in listed["cuda_warp_row"]["runs_on"]
 
 
 @pytest.mark.parametrize("command", [["kernels"], ["status"], ["sweep"]])

@@ -63,12 +63,13 @@ def test_unknown_set_is_named_with_the_known_ones():
 def test_set_flag_errors_exit_2_before_looking_for_a_gpu(command, tmp_path):
     extra = ["--gpu", "h100", "--db", str(tmp_path / "e.sqlite")] if command == "evaluate" else []
     result = CliRunner().invoke(app, [command, *extra, "--set", "nope"])
-    assert result.exit_code == 2 and "unknown held-out set 'nope'" in result.output, result.output
+    assert result.exit_code == 2 and "Invalid value for '--set'" in result.output, result.output
+    assert "'nope' is not one of 'attention', 'vocab'" in result.output, result.output
     result = CliRunner().invoke(app, [command, *extra, "--set", "odd", "--m", "3"])
     assert result.exit_code == 2 and "--set" in result.output and "--m" in result.output, result.output
 
 
-@pytest.mark.parametrize("args, message", [(["--grid", "dense"], "--grid 'dense' is not one of domain, classic"),
+@pytest.mark.parametrize("args, message", [(["--grid", "dense"], "Invalid value for '--grid': Value error, 'dense' is not one of 'domain', 'classic'"),
                                            (["--grid", "domain", "--n", "1024"], "--m/--n set the classic grid")])
 def test_bad_grid_flags_exit_2(args, message):
     result = CliRunner().invoke(app, ["sweep", *args])

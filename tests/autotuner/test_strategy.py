@@ -296,39 +296,52 @@ def test_budget_stops_the_strategy_sweep(tmp_path, recorded):
         assert connection.exec_driver_sql("SELECT status FROM sweep_runs").scalar() == "interrupted"
 
 
-def test_resumed_strategy_sweep_repeats_no_item_and_ends_as_one_run_would(tmp_path, recorded):
+# The resume and sharing tests replay one dtype's lattice (its rounds are those of any dtype: the
+# strategy refines each dtype's lattice alone) against one uninterrupted run of it, made once per module:
+# the three tests had cost 78-111 s each replaying both dtypes with a whole run of their own.
+RESUME_DTYPES = ("fp32",)
+
+
+@pytest.fixture(scope="module")
+def whole_run(recorded, tmp_path_factory) -> set[tuple]:
+    """The identities one uninterrupted strategy sweep over RESUME_DTYPES measures."""
     candidates, plan_items = replay_plan(recorded)
     whole = ReplayMeasurer(recorded)
-    run_strategy(new_sweep(tmp_path / "whole.sqlite", candidates), whole, replay_strategy(), plan_items)
+    sweep = new_sweep(tmp_path_factory.mktemp("whole") / "whole.sqlite", candidates)
+    summaries = run_strategy(sweep, whole, replay_strategy(RESUME_DTYPES), plan_items)
+    assert len(summaries) >= 3  # refinement rounds to resume into
+    return {item.identity for item in whole.calls}
+
+
+def test_resumed_strategy_sweep_repeats_no_item_and_ends_as_one_run_would(tmp_path, recorded, whole_run):
+    candidates, plan_items = replay_plan(recorded)
     db = tmp_path / "resumed.sqlite"
     first = SlowReplay(recorded, pause_s=0.002)
-    run_strategy(new_sweep(db, candidates), first, replay_strategy(), plan_items, budget_s=0.6)
+    run_strategy(new_sweep(db, candidates), first, replay_strategy(RESUME_DTYPES), plan_items, budget_s=0.6)
     second = ReplayMeasurer(recorded)
-    run_strategy(new_sweep(db, candidates), second, replay_strategy(), plan_items)
+    run_strategy(new_sweep(db, candidates), second, replay_strategy(RESUME_DTYPES), plan_items)
     first_ids = {item.identity for item in first.calls}
     second_ids = {item.identity for item in second.calls}
     assert first_ids and second_ids and not first_ids & second_ids
-    assert first_ids | second_ids == {item.identity for item in whole.calls}
+    assert first_ids | second_ids == whole_run
 
 
-def test_a_sweep_stopped_inside_a_refinement_round_is_finished_by_its_rerun(tmp_path, recorded):
+def test_a_sweep_stopped_inside_a_refinement_round_is_finished_by_its_rerun(tmp_path, recorded, whole_run):
     """The first run stops a few items into round 1, leaving its shapes pending on the work list; the
     rerun replays round 0 (all measured) before reaching round 1, and must still measure all of it
     (on the H100, 2026-11-25, a resumed domain sweep skipped the rest of its round 2: 10,068 items)."""
     candidates, plan_items = replay_plan(recorded)
-    whole = ReplayMeasurer(recorded)
-    run_strategy(new_sweep(tmp_path / "whole.sqlite", candidates), whole, replay_strategy(), plan_items)
-    coarse_items = len(plan_items(replay_strategy().coarse))
+    coarse_items = len(plan_items(replay_strategy(RESUME_DTYPES).coarse))
     db = tmp_path / "resumed.sqlite"
     first = ReplayMeasurer(recorded)
-    run_strategy(new_sweep(db, candidates), first, replay_strategy(), plan_items,
+    run_strategy(new_sweep(db, candidates), first, replay_strategy(RESUME_DTYPES), plan_items,
                  should_stop=lambda: len(first.calls) >= coarse_items + 3)
-    assert len(first.calls) < len(whole.calls)
+    assert coarse_items < len(first.calls) < len(whole_run)
     second = ReplayMeasurer(recorded)
-    run_strategy(new_sweep(db, candidates), second, replay_strategy(), plan_items)
+    run_strategy(new_sweep(db, candidates), second, replay_strategy(RESUME_DTYPES), plan_items)
     measured = [item.identity for item in first.calls + second.calls]
     assert len(measured) == len(set(measured))
-    assert set(measured) == {item.identity for item in whole.calls}
+    assert set(measured) == whole_run
 
 
 def test_fixed_grid_asks_its_shapes_once():
@@ -346,7 +359,7 @@ def test_two_strategy_sweepers_on_one_database_share_the_shapes(tmp_path, record
     db = tmp_path / "shared.sqlite"
     sweeps = [new_sweep(db, candidates) for _ in range(2)]
     runners = [SlowReplay(recorded, pause_s=0.002) for _ in range(2)]
-    threads = [threading.Thread(target=run_strategy, args=(sweep, runner, replay_strategy(), plan_items))
+    threads = [threading.Thread(target=run_strategy, args=(sweep, runner, replay_strategy(RESUME_DTYPES), plan_items))
                for sweep, runner in zip(sweeps, runners)]
     for thread in threads:
         thread.start()
@@ -357,4 +370,4 @@ def test_two_strategy_sweepers_on_one_database_share_the_shapes(tmp_path, record
     # shapes the recording lacks, so candidates are what must never repeat
     identities = [item.identity for runner in runners for item in runner.calls if item.kind == "candidate"]
     assert len(identities) == len(set(identities))
-    assert {item.shape_key for runner in runners for item in runner.calls} >= set(replay_strategy().coarse)
+    assert {item.shape_key for runner in runners for item in runner.calls} >= set(replay_strategy(RESUME_DTYPES).coarse)
