@@ -59,8 +59,10 @@ def _quoted(text: str) -> Any:
 
 
 @pytest.fixture
-def shipped_tables_only(tmp_path) -> Iterator[None]:
-    """The process's lookup reads the shipped tables alone (the test's own empty database)."""
+def shipped_tables_only(tmp_path, monkeypatch) -> Iterator[None]:
+    """The process's lookup reads the shipped tables alone (the default database, absent here, reads as
+    empty; a missing $AUTOTUNER_DB would be refused as a typo)."""
+    monkeypatch.delenv("AUTOTUNER_DB")
     reset_default_store()
     yield
     reset_default_store()

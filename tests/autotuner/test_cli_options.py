@@ -55,7 +55,9 @@ def test_select_with_a_negative_m_says_m_must_be_at_least_0():
     assert result.exit_code == 2 and "Invalid value for 'M'" in result.output, result.output
     assert "greater than or equal to 0" in result.output and "No such option" not in result.output
     assert "Invalid value for 'N'" in run("select", "5", "-1", "bf16", "--gpu", "h100").output
-    assert json.loads(run("select", "0", "100", "bf16", "--gpu", "h100").output)["variant"]
+    # the default database (none here, so empty): a missing $AUTOTUNER_DB would be refused as a typo
+    answer = CliRunner().invoke(app, ["select", "0", "100", "bf16", "--gpu", "h100"], env={**PLAIN, "AUTOTUNER_DB": None})
+    assert json.loads(answer.output)["variant"], answer.output
 
 
 def test_a_directory_as_db_is_a_bad_argument(tmp_path):
@@ -80,8 +82,9 @@ def test_report_json_has_every_shape_and_the_per_dtype_figures(tmp_path):
 
 
 @pytest.mark.parametrize("paths, message", [
-    (["/nonexistent/a.sqlite", "/nonexistent/b.sqlite"], "no such database file: /nonexistent/a.sqlite"),
-    (["{dir}", "{dir}"], "no such database file: {dir}"),
+    (["/nonexistent/a.sqlite", "/nonexistent/b.sqlite"],
+     "no database at /nonexistent/a.sqlite; check --db or $AUTOTUNER_DB (a command that only reads creates none)"),
+    (["{dir}", "{dir}"], "database path {dir} is a directory, expected an SQLite file"),
 ])
 def test_spread_with_a_bad_path_is_one_line(tmp_path, paths, message):
     args = [p.format(dir=tmp_path) for p in paths]
