@@ -93,6 +93,7 @@ def _single_kernel_table(gpu: str, variant, config: KernelConfig, dtype: str) ->
 
 @pytest.mark.parametrize("table_gpu", ["h100", "b200"])
 def test_every_variant_is_offered_only_to_models_that_run_it(table_gpu):
+    from autotuner.fit.index import index_document
     from autotuner.lookup.table import DispatchTable
 
     for variant in all_variants():
@@ -100,7 +101,7 @@ def test_every_variant_is_offered_only_to_models_that_run_it(table_gpu):
             continue
         for config in variant.all_configs():
             dtype = variant.dtypes[0]
-            table = DispatchTable(_single_kernel_table(table_gpu, variant, config, dtype))
+            table = DispatchTable(index_document(_single_kernel_table(table_gpu, variant, config, dtype)))
             store = TableStore([table])
             shapes = [(p["m"], p["n"]) for p in table.points if table.admissible(p["m"], p["n"])[:1] == [0]]
             assert shapes, (variant.name, config)

@@ -159,7 +159,7 @@ def test_the_fast_path_leaves_errors_and_odd_queries_to_the_route(settings):
     app = create_app(settings.model_copy(update={"reload_interval_s": 3600}))
     with TestClient(app) as client:
         assert client.get("/dispatch?m=8&n=64&dtype=bf16&gpu=b200").json()["known_gpus"] == ["a100", "h100"]
-        assert client.get("/dispatch?m=0&n=64&dtype=bf16&gpu=h100").status_code == 422
+        assert client.get("/dispatch?m=-1&n=64&dtype=bf16&gpu=h100").status_code == 422
         assert client.get("/dispatch?m=8&n=64&dtype=bf16").status_code == 422  # no default GPU
         repeated = client.get("/dispatch?m=8&m=4096&n=64&dtype=bf16&gpu=h100")
         assert repeated.status_code == 200 and repeated.json()["m"] == 4096  # FastAPI's reading: the last one
