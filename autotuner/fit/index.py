@@ -44,7 +44,8 @@ from autotuner.lookup.table import ARRAY_FIELDS, FORMAT_VERSION, LEAF_MODEL, enc
 
 RESOLUTION = 1 / 32  # octaves: a change of pick is placed within this of where the rule has it
 SPLIT_WIDTH = 1 / 16  # octaves: the widest N cell that holds M ranges
-MERGE_TOLERANCE = 0.01  # relative: a merged cell's time model against its parts' corners
+MERGE_TOLERANCE = 0.01
+PIECE_JOINS = 8  # lines one time model may span inside a cell (the check of a piece is quadratic in them)  # relative: a merged cell's time model against its parts' corners
 _NAN = float("nan")
 
 
@@ -79,6 +80,7 @@ class _Builder:
         self.measured = {(p["m"], p["n"]) for p in rule.points}
         self.answers: dict[tuple, int] = {}
         self.answer_list: list[tuple] = []
+        self._times: dict[tuple[int, int, int], float | None] = {}  # one build's candidate times
         self.m_lines, self.n_lines = _lines(rule)
 
     def index(self) -> dict[str, Any]:
@@ -273,8 +275,8 @@ class _Builder:
 
     def _pieces(self, cell: tuple, a: int, b: int, cls: int, allowed) -> list:  # noqa: ANN001
         """A single-range cell cut at the lines of step 1 where one time model over it would miss the
-        candidate's times by more than ``MERGE_TOLERANCE`` (the scaling model bends at measured N);
-        each piece's answer is the rule's at its centre."""
+        candidate's times by more than ``MERGE_TOLERANCE`` (the scaling model bends at measured N), or
+        would span more than ``PIECE_JOINS`` lines; each piece's answer is the rule's at its centre."""
         n_lo, n_hi, ranges = cell
         if len(ranges) != 1 or ranges[0][2] is None or self._candidate_of(ranges[0][2]) is None:
             return [cell]
@@ -286,7 +288,8 @@ class _Builder:
         cuts, start, joins = [], n_lo, []
         for position, line in enumerate(inner):
             end = inner[position + 1] if position + 1 < len(inner) else n_hi
-            if not _class_values(start, line, cls) or self._fits(key, a, b, start, end, [*joins, line], cls):
+            if not _class_values(start, line, cls) or (
+                    len(joins) < PIECE_JOINS and self._fits(key, a, b, start, end, [*joins, line], cls)):
                 joins.append(line)
             else:
                 cuts.append(line)
@@ -351,7 +354,14 @@ class _Builder:
         return (xs[0], ys[0], f00, c1, c2, c3)
 
     def _time(self, candidate: int, m: int, n: int) -> float | None:
-        """The candidate's time at (m, n) as the rule's answer would give it (``model.answer_fields``)."""
+        """The candidate's time at (m, n) as the rule's answer would give it (``model.answer_fields``),
+        kept for the build: the merges and cuts ask for the same corners again."""
+        key = (candidate, m, n)
+        if key not in self._times:
+            self._times[key] = self._time_uncached(candidate, m, n)
+        return self._times[key]
+
+    def _time_uncached(self, candidate: int, m: int, n: int) -> float | None:
         model = self.model
         time = model.time(candidate, m, n)
         if time or not model.inside(m, n):

@@ -30,7 +30,8 @@ reads; ``index`` is the rule's answer over the whole domain, written by the fit
   changes along M inside the band, a short list of M ranges (``split_start``, ``split_m``,
   ``split_leaf``), each a leaf. A leaf holds its answer and its time model: log2 predicted_us =
   c0 + c1 (x - x0) + c2 (y - y0) + c3 (x - x0)(y - y0) with x = log2 M, y = log2 N, NaN: none.
-  Arrays are little-endian, base64 (``ARRAY_FIELDS`` gives their types).
+  Arrays are little-endian, zlib-compressed, base64 (``ARRAY_FIELDS`` gives their types): a
+  table file is parsed on a process's first lookup, so its size is start-up time.
 - ``copy_rate``: elements moved per µs by the copy at its best; a modelled time is at least the
   shape's bytes at that rate (the rule's floor).
 
@@ -39,18 +40,20 @@ A lookup: probe the exact points, bisect into the band, into the cell (and its M
 from __future__ import annotations
 
 import binascii
-import math
 import sys
+import zlib
 from array import array
 from bisect import bisect_right
+from math import log2
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 FORMAT_VERSION = 2
 CONVERT_COMMAND = "autotuner convert-tables FILE..."
-# partition field -> array type code (q: int64, l: int64 index, d: float64)
+# partition field -> array type code (q: int64; f: float32, whose 2^-24 relative error moves a predicted
+# time by about 1e-6)
 ARRAY_FIELDS = {"m_edges": "q", "band_start": "q", "n_edges": "q", "cell_ref": "q", "split_start": "q",
-                "split_m": "q", "split_leaf": "q", "leaf_answer": "q", "leaf_model": "d"}
+                "split_m": "q", "split_leaf": "q", "leaf_answer": "q", "leaf_model": "f"}
 LEAF_MODEL = 6  # x0, y0, c0, c1, c2, c3 per leaf
 
 
@@ -69,31 +72,35 @@ def encode_array(values: array) -> str:
     data = array(values.typecode, values)
     if sys.byteorder == "big":
         data.byteswap()
-    return binascii.b2a_base64(data.tobytes(), newline=False).decode("ascii")
+    return binascii.b2a_base64(zlib.compress(data.tobytes(), 9), newline=False).decode("ascii")
 
 
 def decode_array(text: str, typecode: str) -> array:
     data = array(typecode)
-    data.frombytes(binascii.a2b_base64(text))
+    data.frombytes(zlib.decompress(binascii.a2b_base64(text)))
     if sys.byteorder == "big":
         data.byteswap()
     return data
 
 
 class _Partition:
-    """One view and N class of the index, its arrays decoded."""
+    """One view and N class of the index, decoded into lists (a bisect over a list of ints reads them
+    without building an object per probe, as it must over an array): per band its cell edges and
+    references, and the leaves' answers and time models."""
 
-    __slots__ = tuple(ARRAY_FIELDS)
+    __slots__ = ("m_edges", "bands", "split_start", "split_m", "split_leaf", "leaf_answer", "leaf_model")
 
     def __init__(self, fields: Mapping[str, str]):
-        for name, code in ARRAY_FIELDS.items():
-            setattr(self, name, decode_array(fields[name], code))
+        arrays = {name: decode_array(fields[name], code).tolist() for name, code in ARRAY_FIELDS.items()}
+        self.m_edges = arrays["m_edges"]
+        starts, n_edges, refs = arrays["band_start"], arrays["n_edges"], arrays["cell_ref"]
+        self.bands = [(n_edges[lo:hi], refs[lo:hi]) for lo, hi in zip(starts, starts[1:])]
+        self.split_start, self.split_m, self.split_leaf = arrays["split_start"], arrays["split_m"], arrays["split_leaf"]
+        self.leaf_answer, self.leaf_model = arrays["leaf_answer"], arrays["leaf_model"]
 
     def leaf(self, m: int, n: int) -> int:
-        band = bisect_right(self.m_edges, m) - 1
-        band_start = self.band_start
-        cell = bisect_right(self.n_edges, n, band_start[band], band_start[band + 1]) - 1
-        ref = self.cell_ref[cell]
+        edges, refs = self.bands[bisect_right(self.m_edges, m) - 1]
+        ref = refs[bisect_right(edges, n) - 1]
         if ref >= 0:
             return ref
         split = -ref - 1
@@ -134,7 +141,7 @@ class DispatchTable(TableFields):
         self._exact = [{(m, n): (self.answers[answer], time, exact) for m, n, answer, time, exact in points}
                        for points in index["exact"]]
         self._encoded = index["partitions"]
-        self._partitions: dict[tuple[int, int], _Partition] = {}
+        self._partitions: dict[tuple[int, bool], _Partition] = {}  # (view, N % 8 != 0): decoded on first use
 
     def view_of(self, runnable: frozenset[int] | None) -> int | None:
         """The view answering among ``runnable`` (None: every candidate); None where the index holds
@@ -147,8 +154,7 @@ class DispatchTable(TableFields):
         if found is not None:
             (candidate, rule, reason), time, exact = found
             return candidate, time, exact, rule, reason.format(m=m, n=n) if reason else ""
-        key = (view, 0 if n & 7 == 0 else 1)
-        partition = self._partitions.get(key) or self._decode(key)
+        partition = self._partitions.get((view, n & 7 != 0)) or self._decode(view, n & 7 != 0)
         leaf = partition.leaf(m, n)
         candidate, rule, reason = self.answers[partition.leaf_answer[leaf]]
         if candidate is None:
@@ -156,8 +162,8 @@ class DispatchTable(TableFields):
         x0, y0, c0, c1, c2, c3 = partition.leaf_model[LEAF_MODEL * leaf:LEAF_MODEL * leaf + LEAF_MODEL]
         if c0 != c0:  # NaN: the rule gave no time here
             return candidate, None, False, rule, ""
-        dx = (math.log2(m) if m > 1 else 0.0) - x0
-        dy = (math.log2(n) if n > 1 else 0.0) - y0
+        dx = (log2(m) if m > 1 else 0.0) - x0
+        dy = (log2(n) if n > 1 else 0.0) - y0
         time = 2.0 ** (c0 + c1 * dx + c2 * dy + c3 * dx * dy)
         floor = 2 * m * n / self._copy_rate if self._copy_rate else 0.0
         return candidate, time if time > floor else floor, False, rule, ""
@@ -167,9 +173,8 @@ class DispatchTable(TableFields):
         candidate, predicted_us, exact, _, _ = self.answer(max(m, 1), n)
         return None if candidate is None else Pick(candidate, predicted_us, exact)
 
-    def _decode(self, key: tuple[int, int]) -> _Partition:
-        view, cls = key
-        partition = self._partitions[key] = _Partition(self._encoded[view][cls])
+    def _decode(self, view: int, odd: bool) -> _Partition:
+        partition = self._partitions[(view, odd)] = _Partition(self._encoded[view][int(odd)])
         return partition
 
 
@@ -201,6 +206,11 @@ def validate(document: Mapping[str, Any]) -> Mapping[str, Any]:
     if len(index["exact"]) != views or len(index["partitions"]) != views or not views:
         raise TableFormatError(f"table index has {views} views but {len(index['exact'])} exact lists and "
                                f"{len(index['partitions'])} partition pairs")
+    count = len(document["candidates"])
+    if any(answer[0] is not None and not 0 <= answer[0] < count for answer in index["answers"]) or any(
+            not 0 <= excluded < count for view in index["views"] for excluded in view["excluded"]):
+        raise TableFormatError(f"table index names a candidate outside its {count} candidates: the index is not "
+                               f"this table's (`{CONVERT_COMMAND}` rebuilds it)")
     for pair in index["partitions"]:
         if len(pair) != 2 or any(set(ARRAY_FIELDS) - set(part) for part in pair):
             raise TableFormatError(f"every index partition needs the arrays {sorted(ARRAY_FIELDS)}, one per N class")
