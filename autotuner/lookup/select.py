@@ -106,8 +106,8 @@ class TableStore:
         self._tables: dict[tuple[str, str, str], DispatchTable] = {}
         self._pending: dict[tuple[str, str, str], Callable[[], DispatchTable | None]] = {}
         self._cache: dict[tuple[int, int, str, str, str], KernelChoice] = {}
-        # (table key, gpu) -> (its view, or None: none built for that GPU's kernels; those kernels, or None: all)
-        self._views: dict[tuple[tuple[str, str, str], str], tuple[int | None, frozenset[int] | None]] = {}
+        # (table, gpu) -> (its view, or None: none built for that GPU's kernels; those kernels, or None: all)
+        self._views: dict[tuple[DispatchTable, str], tuple[int | None, frozenset[int] | None]] = {}
         # Each cached answer is a few garbage-collected objects; a process that caches answers
         # elsewhere (the service caches response bytes) keeps this small so full GC passes stay short.
         self._cache_limit = CACHE_LIMIT if cache_limit is None else cache_limit
@@ -202,6 +202,9 @@ class TableStore:
         dtype = DTYPE_ALIASES.get(dtype_name) if type(dtype_name) is str else None
         dtype = dtype or normalize_dtype(dtype_name)
         gpu_key = (_gpu_keys.get(gpu) or _gpu_key(gpu)) if gpu else (current_gpu_key() or "unknown")
+        own = self._tables.get((gpu_key, dtype, method))  # the usual case, one call shorter
+        if own is not None:
+            return self._answer(own, gpu_key, m, n, "table")
         return self._choose(m, n, dtype, gpu_key, method, allow_fallback)
 
     def _choose(self, m: int, n: int, dtype: str, gpu_key: str, method: str, allow_fallback: bool) -> KernelChoice:
@@ -236,14 +239,13 @@ class TableStore:
         if m == 0:
             choice = self._answer(table, gpu_key, 1, n, source)
             return replace(choice, predicted_us=0.0, exact=False, reason=ZERO_ROWS_REASON)
-        view_key = (table.key, gpu_key)
-        view = self._views.get(view_key, False)
-        if view is False:
+        view = self._views.get((table, gpu_key))
+        if view is None:
             spec = gpu_spec(gpu_key)
             # a GPU not listed in gpu_models runs what its own table holds (it was measured there)
             runnable = runnable_candidates(table.candidates, table.gpu, spec) if spec else None
-            view = self._views[view_key] = (0, None) if runnable is None or len(runnable) == len(table.candidates) \
-                else (table.view_of(runnable), runnable)
+            view = self._views[(table, gpu_key)] = (0, None) if runnable is None or \
+                len(runnable) == len(table.candidates) else (table.view_of(runnable), runnable)
         number, runnable = view
         candidate, predicted_us, exact, rule, reason = table.answer(m, n, 0 if number is None else number)
         if number is None and candidate is not None and candidate not in runnable:

@@ -84,28 +84,14 @@ def decode_array(text: str, typecode: str) -> array:
 
 
 class _Partition:
-    """One view and N class of the index, decoded into lists (a bisect over a list of ints reads them
-    without building an object per probe, as it must over an array): per band its cell edges and
-    references, and the leaves' answers and time models."""
+    """One view and N class of the index, its arrays decoded into lists (a bisect over a list of ints
+    reads them without building an object per probe, as it must over an array)."""
 
-    __slots__ = ("m_edges", "bands", "split_start", "split_m", "split_leaf", "leaf_answer", "leaf_model")
+    __slots__ = tuple(ARRAY_FIELDS)
 
     def __init__(self, fields: Mapping[str, str]):
-        arrays = {name: decode_array(fields[name], code).tolist() for name, code in ARRAY_FIELDS.items()}
-        self.m_edges = arrays["m_edges"]
-        starts, n_edges, refs = arrays["band_start"], arrays["n_edges"], arrays["cell_ref"]
-        self.bands = [(n_edges[lo:hi], refs[lo:hi]) for lo, hi in zip(starts, starts[1:])]
-        self.split_start, self.split_m, self.split_leaf = arrays["split_start"], arrays["split_m"], arrays["split_leaf"]
-        self.leaf_answer, self.leaf_model = arrays["leaf_answer"], arrays["leaf_model"]
-
-    def leaf(self, m: int, n: int) -> int:
-        edges, refs = self.bands[bisect_right(self.m_edges, m) - 1]
-        ref = refs[bisect_right(edges, n) - 1]
-        if ref >= 0:
-            return ref
-        split = -ref - 1
-        split_start = self.split_start
-        return self.split_leaf[bisect_right(self.split_m, m, split_start[split], split_start[split + 1]) - 1]
+        for name, code in ARRAY_FIELDS.items():
+            setattr(self, name, decode_array(fields[name], code).tolist())
 
 
 class TableFields:
@@ -120,10 +106,7 @@ class TableFields:
         self.rule: str = document.get("rule", "nearest-log")
         self.candidates: list[dict[str, Any]] = list(document["candidates"])
         self.points: list[dict[str, Any]] = list(document["points"])
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.gpu, self.dtype, self.timing_method)
+        self.key: tuple[str, str, str] = (self.gpu, self.dtype, self.timing_method)
 
 
 class DispatchTable(TableFields):
@@ -141,7 +124,8 @@ class DispatchTable(TableFields):
         self._exact = [{(m, n): (self.answers[answer], time, exact) for m, n, answer, time, exact in points}
                        for points in index["exact"]]
         self._encoded = index["partitions"]
-        self._partitions: dict[tuple[int, bool], _Partition] = {}  # (view, N % 8 != 0): decoded on first use
+        # per view, per N % 8 != 0: decoded on first use
+        self._partitions: list[list[_Partition | None]] = [[None, None] for _ in index["views"]]
 
     def view_of(self, runnable: frozenset[int] | None) -> int | None:
         """The view answering among ``runnable`` (None: every candidate); None where the index holds
@@ -154,8 +138,14 @@ class DispatchTable(TableFields):
         if found is not None:
             (candidate, rule, reason), time, exact = found
             return candidate, time, exact, rule, reason.format(m=m, n=n) if reason else ""
-        partition = self._partitions.get((view, n & 7 != 0)) or self._decode(view, n & 7 != 0)
-        leaf = partition.leaf(m, n)
+        partition = self._partitions[view][n & 7 != 0] or self._decode(view, n & 7 != 0)
+        # the leaf: bisect into the M band, its N cell, and the cell's M range where it has them
+        band = bisect_right(partition.m_edges, m) - 1
+        band_start = partition.band_start
+        leaf = partition.cell_ref[bisect_right(partition.n_edges, n, band_start[band], band_start[band + 1]) - 1]
+        if leaf < 0:
+            split_start = partition.split_start
+            leaf = partition.split_leaf[bisect_right(partition.split_m, m, split_start[-leaf - 1], split_start[-leaf]) - 1]
         candidate, rule, reason = self.answers[partition.leaf_answer[leaf]]
         if candidate is None:
             return None, None, False, rule, reason.format(m=m, n=n)
@@ -174,7 +164,7 @@ class DispatchTable(TableFields):
         return None if candidate is None else Pick(candidate, predicted_us, exact)
 
     def _decode(self, view: int, odd: bool) -> _Partition:
-        partition = self._partitions[(view, odd)] = _Partition(self._encoded[view][int(odd)])
+        partition = self._partitions[view][odd] = _Partition(self._encoded[view][odd])
         return partition
 
 
