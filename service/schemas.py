@@ -33,7 +33,7 @@ class DispatchQuery(BaseModel):
     and the fast path in ``service/fast_dispatch.py``), so the two cannot accept different things.
     The configured ``AUTOTUNER_MAX_M`` / ``MAX_N`` (at most these ceilings) are applied after it."""
 
-    m: int = Field(ge=1, le=MAX_DIM, description="rows; at most AUTOTUNER_MAX_M (default 2**31-1)")
+    m: int = Field(ge=0, le=MAX_DIM, description="rows (0: nothing is launched; the answer is M = 1's, predicted 0 µs); at most AUTOTUNER_MAX_M (default 2**31-1)")
     n: int = Field(ge=1, le=MAX_DIM, description="row length; at most AUTOTUNER_MAX_N (default 2**31-1)")
     dtype: DtypeName = Field(description=DTYPE_HELP)
     gpu: Optional[str] = Field(default=None, max_length=128,

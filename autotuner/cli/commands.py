@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, command, console, how_to_fill, out, print_json, print_table
-from autotuner.lookup.table import DEFAULT_RULE
+from autotuner.fit.rule import DEFAULT_RULE
 
 
 @command()
@@ -34,7 +34,7 @@ def fit(
     from autotuner.fit.fit import FitError, fit_table
     from autotuner.tune.grid import parse_dtypes
     from autotuner.lookup.gpu import validate_gpu_key
-    from autotuner.lookup.table import RULES
+    from autotuner.fit.rule import RULES
     from db.engine import make_engine
 
     if rule not in RULES:
@@ -188,6 +188,30 @@ def tables(db: DbOption = None,
                       *(f"{row[k]:.4f}" if row[k] is not None else "-" for k in ("regret_geomean", "regret_p95", "regret_max")),
                       row["created_at"] or "-", f"{len(runs)}: {min(runs)}..{max(runs)}" if runs else "-")
     print_table(table)
+
+
+@command("convert-tables")
+def convert_tables(files: Annotated[list[str], typer.Argument(help="Table JSON files to convert in place.")]) -> None:
+    """Rewrite dispatch table files of an older format in this program's, with their decision index
+    (the fit's rule evaluated over the whole domain: about a minute a table on a 2-core CPU)."""
+    from pathlib import Path
+
+    from autotuner.fit.index import index_document
+
+    for name in files:
+        path = Path(name)
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"cannot read dispatch table {path}: {exc}") from None
+        if not isinstance(document, dict) or "candidates" not in document or "points" not in document:
+            raise UserError(f"{path} is not a dispatch table (no 'candidates' and 'points')")
+        converted = index_document(document)
+        partial = path.with_name(f".{path.name}.tmp")
+        partial.write_text(json.dumps(converted, indent=1, sort_keys=True) + "\n")
+        partial.replace(path)
+        out.print(f"{path}: format_version {document.get('format_version')} -> {converted['format_version']}",
+                  highlight=False)
 
 
 @command()

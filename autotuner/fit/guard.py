@@ -6,7 +6,7 @@ Comparison (:func:`compare`), on the two documents' ``points`` and ``candidates`
 
 - coverage: measured shapes, the largest M, the smallest and largest N. A table with fewer than
   ``COVERAGE_SHARE`` of today's measured shapes, or a narrower M or N range, is narrower.
-- answers: on every shape either table measured, each table's answer (``predict.answer``, what the lookup
+- answers: on every shape either table measured, each table's answer (its decision index, what the lookup
   gives there, ``torch_softmax`` when none) is priced from one table's measured times at that shape,
   today's first, so that both answers are priced by the same measurement. Worse: the geometric mean of
   new / today above ``1 + GEOMEAN_TOLERANCE``, or a shape answered more than ``SHAPE_TOLERANCE`` times slower.
@@ -29,7 +29,6 @@ from typing import Any, Mapping, Sequence
 from sqlalchemy.orm import Session
 
 from autotuner.fit.fit import FitError
-from autotuner.lookup import predict
 from autotuner.lookup.select import FALLBACK_VARIANT, load_table_file, shipped_table_files
 from autotuner.lookup.table import DispatchTable, TableFormatError
 from db import queries
@@ -90,7 +89,7 @@ def _measured(document: Mapping[str, Any]) -> dict[tuple[int, int], dict[tuple[s
 
 
 def _answer(table: DispatchTable, m: int, n: int) -> tuple[str, str]:
-    chosen = predict.answer(table, m, n).candidate
+    chosen = table.answer(m, n)[0]  # the decision index, as the lookup answers
     if chosen is None:
         return (FALLBACK_VARIANT, "")
     candidate = table.candidates[chosen]

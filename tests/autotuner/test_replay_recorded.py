@@ -57,6 +57,21 @@ def test_every_dtype_gets_a_table_with_cross_validated_regret(fitted):
         assert document["candidates"], dtype
 
 
+def test_fit_writes_each_table_beside_the_database_for_the_lookup(fitted, recorded):
+    """The lookup reads these files without SQLAlchemy (autotuner/__init__.py); the database stays
+    the source of truth, and the files hold its current tables."""
+    from pathlib import Path
+
+    from autotuner.lookup.select import fitted_tables_folder, load_fitted_tables
+
+    engine, gpu, _ = recorded
+    tables = load_fitted_tables(Path(engine.url.database))
+    assert {t.key for t in tables} == {(gpu, dtype, "cold") for dtype in fitted}
+    assert fitted_tables_folder(Path(engine.url.database)).parent == Path(engine.url.database).parent
+    for table in tables:
+        assert table.document == fitted[table.dtype]
+
+
 def test_tables_choose_runnable_kernels_for_shapes_never_measured(fitted, recorded):
     _, gpu, _ = recorded
     store = TableStore(DispatchTable(doc) for doc in fitted.values())
@@ -81,8 +96,8 @@ def test_local_regret_beats_interpolated_times_out_of_sample(recorded):
     engine, gpu, dtypes = recorded
     with Session(engine) as session:
         for dtype in dtypes:
-            new = fit_table(session, gpu, dtype, any_source=True, save=False)["regret"]
-            old = fit_table(session, gpu, dtype, rule="interp-log", any_source=True, save=False)["regret"]
+            new = fit_table(session, gpu, dtype, any_source=True, save=False, with_index=False)["regret"]
+            old = fit_table(session, gpu, dtype, rule="interp-log", any_source=True, save=False, with_index=False)["regret"]
             assert new["geomean"] < old["geomean"] and new["p95"] < old["p95"], (dtype, new, old)
             # loose; test_clamped_rule_beats_the_previous_one_out_of_sample bounds the geomean closer
             assert new["geomean"] <= 1.08 and new["p95"] <= 1.13, (dtype, new)
@@ -101,8 +116,8 @@ def test_clamped_rule_beats_the_previous_one_out_of_sample(recorded):
     log_ratio = 0.0
     with Session(engine) as session:
         for dtype in dtypes:
-            new = fit_table(session, gpu, dtype, any_source=True, save=False)["regret"]
-            old = fit_table(session, gpu, dtype, rule="local-regret", any_source=True, save=False)["regret"]
+            new = fit_table(session, gpu, dtype, any_source=True, save=False, with_index=False)["regret"]
+            old = fit_table(session, gpu, dtype, rule="local-regret", any_source=True, save=False, with_index=False)["regret"]
             assert new["max"] <= old["max"] and new["geomean"] <= old["geomean"] * 1.001, (dtype, new, old)
             assert new["geomean"] <= (1.02 if gpu == "h100" else 1.05), (dtype, new)
             log_ratio += math.log(new["geomean"] / old["geomean"])

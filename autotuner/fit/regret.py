@@ -1,9 +1,10 @@
-"""The local-regret rules' arithmetic (``autotuner/lookup/table.py``'s module docstring states the
+"""The local-regret rules' arithmetic (``autotuner/fit/rule.py``'s module docstring states the
 rules): a query's measured neighbours and their weights (:func:`stencil`), and the candidate the fit
 of log regrets over them chooses (:func:`plan`, :func:`best`).
 
-A first lookup of a shape is on the dispatch path, so the work is split by what it depends on and
-only what depends on the exact shape is done per lookup:
+The rule runs at fit and convert time only (``autotuner/fit/index.py`` evaluates it over the whole
+domain to write a table's decision index), hundreds of thousands of times a table, so the work is
+split by what it depends on and only what depends on the exact shape is done per query:
 
 - the neighbours' weights, per lookup; inside a fully measured cell, or on a line between two
   measured points of it, from a closed form kept per such place (:meth:`Layout.cell`), elsewhere
@@ -17,27 +18,14 @@ only what depends on the exact shape is done per lookup:
 Every float the rule computes is computed by the same operations in the same order (sums by ``sum``
 over the same sequence), so the answers are the rule's own to the last bit whichever way they are
 reached (tests/autotuner/test_regret.py compares them).
-
-:func:`stencil`, :func:`plan` and :func:`best` are the compiled rule (``_fastrule*.c``, built at
-install where a C compiler is) where it was built, else their Python forms :func:`stencil_python`,
-:func:`plan_python` and :func:`best_python`; the two give the same floats and picks
-(tests/autotuner/test_fastrule.py).
-``SOFTMAX_AUTOTUNER_COMPILED_LOOKUP=0`` keeps the Python forms.
 """
 from __future__ import annotations
 
 import bisect
 import math
 import operator
-import os
 from typing import Any, Iterable, Mapping, Sequence
 
-try:
-    from autotuner.lookup import _fastrule
-except ImportError:  # not built (no C compiler at install): the Python forms answer alike
-    _fastrule = None
-if os.environ.get("SOFTMAX_AUTOTUNER_COMPILED_LOOKUP") == "0":
-    _fastrule = None
 
 FIT_PASSES = 2  # neighbour-effect updates (more change no pick on the recorded sweeps)
 # local-regret-clamped reads a row (one M, along N) that ends before the query's N at its nearest end
@@ -85,12 +73,6 @@ class Layout:
         self.row_reach = {m: (ns[0] / CLAMP_REACH, ns[-1] * CLAMP_REACH) for m, ns in self.rows.items()}
         self.col_reach = {n: (ms[0] / COLUMN_REACH, ms[-1] * COLUMN_REACH) for n, ms in self.cols.items()}
         self.cells: dict[tuple[int, bool, int, bool], tuple | None] = {}
-        # the same lines for the compiled stencil (None without it)
-        self.native = _fastrule.make_layout(
-            self.row_keys, [self.rows[m] for m in self.row_keys], [self.row_reach[m] for m in self.row_keys],
-            self.col_keys, [self.cols[n] for n in self.col_keys], [self.col_reach[n] for n in self.col_keys],
-            CLAMP_REACH, COLUMN_REACH,
-        ) if _fastrule is not None else None
 
     def cell(self, key: tuple[int, bool, int, bool]) -> tuple | None:
         """Where a query lies among the lines, as ``key`` = (its M's ``bisect_left`` in ``row_keys``,
@@ -128,7 +110,7 @@ class Layout:
 
 def log_bracket(values: Sequence[int], x: int, log_x: float, logs: Mapping[int, float]) -> list[tuple[int, float]]:
     """The values around x with linear weights in log2 space (the end value if x is outside); the
-    log2 of x and of every value are given, since this is on the first-lookup path."""
+    log2 of x and of every value are given, since the index build asks for it per query."""
     if x <= values[0]:
         return [(values[0], 1.0)]
     if x >= values[-1]:
@@ -141,7 +123,7 @@ def log_bracket(values: Sequence[int], x: int, log_x: float, logs: Mapping[int, 
     return [(lo, 1.0 - weight), (hi, weight)]
 
 
-def stencil_python(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tuple[tuple[int, int], ...], list[float]]:
+def stencil(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tuple[tuple[int, int], ...], list[float]]:
     """The neighbours of (m, n), sorted, and their weights (summing to 1); empty if none. The mean of
     the interpolation along N on the rows bracketing M and along M on the columns bracketing N; the
     clamped rule brackets among all lines (a row only within ``CLAMP_REACH`` of its ends, a column within
@@ -252,7 +234,7 @@ def _on_line(corners: tuple[tuple[int, int], ...], along: float) -> tuple[tuple[
     return corners, [low / total, high / total]
 
 
-def plan_python(log_regrets: Sequence[Sequence[float | None]], gaps: frozenset[int], allowed: Sequence[int]) -> tuple:
+def plan(log_regrets: Sequence[Sequence[float | None]], gaps: frozenset[int], allowed: Sequence[int]) -> tuple:
     """What :func:`best` needs at one set of neighbours for the ``allowed`` candidates, independent
     of the weights: (contenders, fit). ``log_regrets`` holds one row per neighbour, ``gaps`` the
     candidates with a gap at one of them.
@@ -319,7 +301,7 @@ def _undominated(members: Sequence[tuple[int, tuple[float, ...]]]) -> tuple[tupl
     return tuple((i, values) for i, values in members if min(values) <= ceiling)
 
 
-def best_python(plan_: tuple, weights: Sequence[float]) -> int | None:
+def best(plan_: tuple, weights: Sequence[float]) -> int | None:
     """The candidate with the smallest fitted log regret (ties: the lower index), or None if no
     allowed candidate was measured at a neighbour without a gap."""
     contenders, fit = plan_
@@ -379,7 +361,7 @@ def fit_offsets(weights: Sequence[float], count: int, column_sums: Sequence[floa
     mean of r - theta over the candidates measured at p), then of theta. A candidate's fitted theta
     is its weighted mean less the weighted mean of mu over the neighbours where it was measured, so
     every candidate measured at the same neighbours moves by the same offset: the fit runs over those
-    groups, not over candidates (a first lookup is on the dispatch path).
+    groups, not over candidates (the index build runs it per query).
 
     ``count`` complete candidates (measured at every neighbour) with their log regrets summed per
     neighbour in ``column_sums``; ``groups`` of partial candidates as :func:`plan` makes them. Returns
@@ -433,16 +415,3 @@ def fit_effects(weights: Sequence[float], complete: Sequence[Sequence[float]],
     offset_of = {i: offset for members, offset in zip(patterns.values(), offsets) for i, _ in members}
     for i in theta:
         theta[i] -= offset_of[i] if i in partial else shift
-
-
-if _fastrule is not None:
-    _fastrule.configure(_DOMINATED, FIT_PASSES)
-
-    def stencil(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tuple[tuple[int, int], ...], list[float]]:
-        """:func:`stencil_python`, compiled: the same corners and weights to the last bit."""
-        return _fastrule.stencil(layout.native, m, n, clamped)
-
-    best = _fastrule.best  # best_python, compiled; weights as the list a stencil returns
-    plan = _fastrule.plan  # plan_python, compiled: the same structure of the same floats
-else:
-    stencil, best, plan = stencil_python, best_python, plan_python

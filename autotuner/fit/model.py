@@ -2,7 +2,7 @@
 scaling model outside it, and ``torch_softmax`` where nothing measured vouches for a candidate.
 
 The measured domain of a table is N from its smallest to its largest measured N and M from 0 to its
-largest measured M. Inside it, ``DispatchTable.lookup`` answers (rule ``table``: the measured
+largest measured M. Inside it, ``RuleTable.lookup`` answers (rule ``table``: the measured
 winner, or the local-regret prediction between measured points), so in-grid picks are the fit's.
 
 Outside it (rule ``model``), each candidate's time is read from its own measurements, first along N
@@ -39,8 +39,8 @@ import math
 from dataclasses import dataclass
 from typing import Container, Sequence
 
-from autotuner.lookup.regret import CLAMP_REACH, _fastrule
-from autotuner.lookup.table import DispatchTable
+from autotuner.fit.regret import CLAMP_REACH
+from autotuner.fit.rule import RuleTable
 
 SCALE_LIMIT = 1.15  # exponent past which a candidate's growth is a cliff, not scaling (noise: ~0.1)
 
@@ -58,14 +58,14 @@ class Answer:
     reason: str = ""
 
 
-def answer(table: DispatchTable, m: int, n: int, usable: Container[int] | None = None) -> Answer:
+def answer(table: RuleTable, m: int, n: int, usable: Container[int] | None = None) -> Answer:
     """The table's answer for (m, n) among the ``usable`` candidates (default: all)."""
     return Answer(*answer_fields(table, m, n, usable))
 
 
-def answer_fields(table: DispatchTable, m: int, n: int,
+def answer_fields(table: RuleTable, m: int, n: int,
                   usable: Container[int] | None = None) -> tuple[int | None, float | None, bool, str, str]:
-    """:func:`answer`'s fields as a tuple: the first-lookup path builds no object it does not return."""
+    """:func:`answer`'s fields as a tuple: the index build builds no object it does not use."""
     model = table.__dict__.get("_scaling_model") or _model_of(table)
     if usable is None or type(usable) is frozenset:
         allowed: Sequence[int] = table.allowed(m, n, usable)
@@ -107,7 +107,7 @@ def answer_fields(table: DispatchTable, m: int, n: int,
     return best, times[best], False, "model", ""
 
 
-def _where(table: DispatchTable) -> str:
+def _where(table: RuleTable) -> str:
     return f"{table.gpu} {table.dtype}/{table.timing_method} table"
 
 
@@ -143,7 +143,7 @@ def scaled(series: Sequence[tuple[int, float]], x: int, reach: float = math.inf)
 class _Model:
     """A table's measured domain and its candidates' measurements by row, indexed once."""
 
-    def __init__(self, table: DispatchTable):
+    def __init__(self, table: RuleTable):
         points = table.points
         self.n_lo = min(p["n"] for p in points)
         self.n_hi = max(p["n"] for p in points)
@@ -159,25 +159,14 @@ class _Model:
         self._series: dict[tuple[int, int], list[tuple[int, float]]] = {}
         self._lines: dict[tuple[int, int], tuple] = {}
         self._edges: dict[int, int] = {}
-        self._native: dict[int, object] = {}  # candidate -> its lines for the compiled time
 
     def inside(self, m: int, n: int) -> bool:
         return self.n_lo <= n <= self.n_hi and m <= self.m_hi
 
     def time(self, index: int, m: int, n: int) -> float | None:
-        """:meth:`time_python`, compiled where ``_fastrule`` was built: the same float to the last bit."""
-        native = self._native.get(index)
-        if native is None:
-            if _fastrule is None:
-                return self.time_python(index, m, n)
-            native = self._native[index] = _fastrule.make_model(
-                self.row_ms, [self._line(index, row_m) for row_m in self.row_ms], SCALE_LIMIT)
-        return _fastrule.model_time(native, m, n, self.copy_rate or 0.0)
-
-    def time_python(self, index: int, m: int, n: int) -> float | None:
         """``scaled`` along M over the rows' times at n, reading only the rows it needs: the first row
         at or above m with a time, and below it the nearest one (or, past the largest row, the two
-        that give the exponent): a first lookup is on the dispatch path."""
+        that give the exponent)."""
         x, rows, at = max(m, 1), self.row_ms, self._at
         start = bisect.bisect_left(rows, x)
         for k in range(start, len(rows)):  # the first row at or above x with a time
@@ -284,7 +273,7 @@ def _line(series: Sequence[tuple[int, float]], edge: int) -> tuple:
     return sizes, times, [math.log(time) for time in times], log_ratios, exponent, reach
 
 
-def _model_of(table: DispatchTable) -> _Model:
+def _model_of(table: RuleTable) -> _Model:
     """The table's model, built on its first answer and kept on the table (which is immutable)."""
     model = table.__dict__.get("_scaling_model")
     if model is None:
