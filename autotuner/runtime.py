@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from autotuner.lookup import select as _select
 from autotuner.lookup.gpu import normalize_gpu_name
 from autotuner.lookup.select import select_kernel
 from kernels import native as native_loader
@@ -43,6 +44,8 @@ _builds: dict[tuple[str, tuple, str], Any] = {}
 # (device index, shape, torch dtype) -> (native plan, stream it is bound to or None, guard or None)
 _recent: dict[tuple[int, Any, Any], tuple[Any, int | None, Any]] = {}
 _gpu_keys: dict[int, str] = {}
+# (device index, dtype) -> what instance_for reads picks with (see _picker): bounded by devices x dtypes
+_pickers: dict[tuple[int, str], tuple] = {}
 _lock = threading.Lock()
 _native_failed: list[str] = []  # the native module's first failure, after which it is not used
 
@@ -96,13 +99,42 @@ def build_for(variant_name: str, config: dict[str, Any], dtype: str, n: int | No
 
 
 def instance_for(device: int, m: int, n: int, dtype: str) -> Any:
-    """The build of the kernel ``select_kernel`` picks for (m, n) on ``device``'s GPU."""
-    choice = select_kernel(m, n, dtype, gpu=_gpu_key(device))
-    build = _builds.get((choice.variant, choice.config_items, dtype))
+    """The build of the kernel ``select_kernel`` picks for (m, n), m >= 1, on ``device``'s GPU: read
+    from the GPU's own table with ``DispatchTable.pick`` (the same index, without the answer's time
+    model, reason and cached ``KernelChoice``), each candidate's build kept in a list by candidate;
+    through ``select_kernel`` where the GPU has no own table (a donor's answer or the fallback)."""
+    store = _select._default_store or _select.default_store()
+    picker = _pickers.get((device, dtype))
+    if picker is None or picker[0] is not store or picker[1] != store.generation:
+        picker = _picker(device, dtype, store)
+    table = picker[2]
+    if table is None:
+        choice = select_kernel(m, n, dtype, gpu=_gpu_key(device))
+        build = _builds.get((choice.variant, choice.config_items, dtype))
+        return build or _build_on(device, choice.variant, choice.config, dtype, n)
+    candidate = table.pick(m, n, picker[3])
+    slot = -1 if candidate is None else candidate  # the last slot: the fallback's
+    build = picker[4][slot]
     if build is None:
-        with torch.cuda.device(device):  # compile and load on the rows' device
-            build = build_for(choice.variant, choice.config, dtype, n)
+        variant, config = ("torch_softmax", {}) if candidate is None else \
+            (table.candidates[candidate]["variant"], table.candidates[candidate]["config"])
+        build = picker[4][slot] = _build_on(device, variant, config, dtype, n)
     return build
+
+
+def _picker(device: int, dtype: str, store: Any) -> tuple:
+    """(store, its generation, the GPU's own table or None, its view, builds by candidate and the
+    fallback's last), kept per (device, dtype) until the store's tables change."""
+    own = store.own_view(_gpu_key(device), dtype)
+    table, view = own if own is not None else (None, 0)
+    picker = _pickers[(device, dtype)] = (store, store.generation, table, view,
+                                          [None] * (len(table.candidates) + 1 if table is not None else 0))
+    return picker
+
+
+def _build_on(device: int, variant: str, config: dict[str, Any], dtype: str, n: int) -> Any:
+    with torch.cuda.device(device):  # compile and load on the rows' device
+        return build_for(variant, config, dtype, n)
 
 
 def native_module() -> Any:
@@ -154,6 +186,8 @@ def _launch(device: int, rows: Any, dtype: str) -> Any:
     """The softmax of 2-D contiguous ``rows`` (M, N > 0) on ``device``, on its current stream."""
     shape = rows.shape
     build = instance_for(device, shape[0], shape[1], dtype)
+    if build.apply is not None:  # a variant with a cheaper way to a new tensor (torch_softmax: torch's own)
+        return build.apply(rows)
     if _current_device() != device:  # kernel handles and the stream are the current device's
         with torch.cuda.device(device):
             return _launch_current(device, rows, build, shape)
@@ -256,6 +290,6 @@ def cache_sizes() -> dict[str, int]:
     from kernels.triton_impl import launch as triton_launch
 
     triton_kernels = sum(len(launcher.compiled) for launcher in triton_launch.all_launchers())
-    return {"builds": len(_builds), "recent_shapes": len(_recent), "gpu_keys": len(_gpu_keys),
+    return {"builds": len(_builds), "recent_shapes": len(_recent), "gpu_keys": len(_gpu_keys), "pickers": len(_pickers),
             "lookup_answers": len(default_store()._cache), "cuda_generic_launchers": len(cuda_launch._generic),
             "triton_compiled_kernels": triton_kernels}

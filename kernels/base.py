@@ -177,6 +177,9 @@ class Build:
     may move). ``stream_bound``: those launches hold a buffer of ``stream`` and are valid on it
     only (``kernels/cuda/slot_workspace.py``). ``native_guard``: a check that must hold whenever
     launches so described are issued (Triton: no launch hook registered, which they would skip).
+    ``apply`` (optional): ``apply(x)`` gives the softmax of x as a new tensor, the bits ``launch``
+    gives, where the variant has a cheaper way to it than an allocation and ``launch``
+    (torch_softmax: ``torch.softmax`` itself); the runtime then calls it instead.
 
     ``resources`` may depend on N for kernels whose dynamic shared memory or block size depend on
     N; the variant reports them for the ``n`` ``build`` was given, a hint for that report only.
@@ -190,6 +193,7 @@ class Build:
     native: NativeGeometry | None = None
     stream_bound: bool = False
     native_guard: Callable[[], bool] | None = None
+    apply: Callable[[Any], Any] | None = None
 
 
 class Variant(ABC):

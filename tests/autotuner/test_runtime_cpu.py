@@ -114,7 +114,7 @@ def fake_build(launched: list, stream_bound: bool = False, native: bool = True, 
         return ((0xF00, (m, 1, 1), (128, 1, 1), 0, bytes(32), (0,), (1,)),)
 
     return types.SimpleNamespace(launch=launch, native=geometry if native else None, stream_bound=stream_bound,
-                                 native_guard=guard)
+                                 native_guard=guard, apply=None)
 
 
 def test_a_new_shape_takes_its_instances_launch_arithmetic_and_is_kept(fake_cuda, monkeypatch):
