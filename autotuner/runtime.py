@@ -9,7 +9,7 @@ must cost arithmetic, never a compile or a recording.
 - A call on 2-D contiguous rows of a CUDA tensor asks ``select_kernel`` for the pick, takes the
   pick's instance and its launch arithmetic for (M, N) (``Build.native``), and issues it through
   the native launch module (``kernels.native``): one C call allocates the output and launches.
-- Recent shapes: the native launches of the last calls are kept per (device, shape, dtype), at most
+- Recent shapes: the native launch of the last calls is kept per (device, shape, dtype), at most
   ``RECENT_SHAPES`` of them (cleared when full), so a repeated shape costs one dict probe and that C
   call. An entry is used only while its device is current, on its stream where it holds a stream's
   buffer, and while its guard holds (no Triton launch hook).
@@ -37,11 +37,11 @@ from autotuner.lookup.gpu import normalize_gpu_name
 from autotuner.lookup.select import select_kernel
 from kernels import native as native_loader
 
-RECENT_SHAPES = 1024  # native launches kept for repeated shapes (a bounded memo, cleared when full)
+RECENT_SHAPES = 16384  # native launches kept for repeated shapes (a bounded memo, cleared when full; about 0.5 kB each)
 
 # (variant, config items, dtype) -> build: bounded by the tables' candidates
 _builds: dict[tuple[str, tuple, str], Any] = {}
-# (device index, shape, torch dtype) -> (native plan, stream it is bound to or None, guard or None)
+# (device index, shape, torch dtype) -> (native launch, stream it is bound to or None, guard or None)
 _recent: dict[tuple[int, Any, Any], tuple[Any, int | None, Any]] = {}
 _gpu_keys: dict[int, str] = {}
 # (device index, dtype) -> what instance_for reads picks with (see _picker): bounded by devices x dtypes
@@ -59,7 +59,7 @@ _empty_like = torch.empty_like
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: torch.cuda.current_device())
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream)
-_native_run: Any = None  # the loaded module's run(x, stream, plan), bound once it is loaded
+_native_run: Any = None  # the loaded module's run(x, stream, *launch), bound once it is loaded
 _module_loaded: Any = None  # the module, once loaded (reset with _native_run where it fails)
 
 
@@ -148,15 +148,9 @@ def native_module() -> Any:
     return module
 
 
-def _remember(key: tuple, entry: tuple) -> None:
-    if len(_recent) >= RECENT_SHAPES:
-        _recent.clear()  # cheap and rare; the working set refills at a new shape's cost each
-    _recent[key] = entry
-
-
 def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
     """``rows``' softmax through the native module (``device`` current), or None where it cannot
-    take the call; the launches are kept for the shape (``_recent``)."""
+    take the call; the launch is kept for the shape (``_recent``)."""
     global _module_loaded
     module = _module_loaded or native_module()
     guard = build.native_guard
@@ -164,12 +158,11 @@ def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
         return None
     m, n = shape
     stream = _raw_stream(device)
-    launches = build.native(device, stream, m, n)
-    if launches is None:
+    launch = build.native(device, stream, m, n)
+    if launch is None:
         return None
     try:
-        plan = module.make_plan(launches)
-        out = module.run(rows, stream, plan)
+        out = module.run(rows, stream, *launch)
     except (RuntimeError, SystemError, TypeError, ValueError) as exc:  # a module built wrong: Python path
         _native_failed.append(f"{type(exc).__name__}: {exc}")
         _module_loaded = None
@@ -178,7 +171,9 @@ def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
                       RuntimeWarning, stacklevel=4)
         return None
     if out is not None:
-        _remember((device, shape, rows.dtype), (plan, stream if build.stream_bound else None, guard))
+        if len(_recent) >= RECENT_SHAPES:
+            _recent.clear()  # cheap and rare; the working set refills at a new shape's cost each
+        _recent[(device, shape, rows.dtype)] = (launch, stream if build.stream_bound else None, guard)
     return out
 
 
@@ -191,14 +186,18 @@ def _launch(device: int, rows: Any, dtype: str) -> Any:
     if _current_device() != device:  # kernel handles and the stream are the current device's
         with torch.cuda.device(device):
             return _launch_current(device, rows, build, shape)
-    return _launch_current(device, rows, build, shape)
+    out = _launch_native(device, rows, build, shape)  # _launch_current's body: one call fewer on the usual path
+    return out if out is not None else _launch_python(rows, build)
 
 
 def _launch_current(device: int, rows: Any, build: Any, shape: Any) -> Any:
     out = _launch_native(device, rows, build, shape)
-    if out is None:
-        out = _empty_like(rows)
-        build.launch(rows, out)
+    return out if out is not None else _launch_python(rows, build)
+
+
+def _launch_python(rows: Any, build: Any) -> Any:
+    out = _empty_like(rows)
+    build.launch(rows, out)
     return out
 
 
@@ -270,10 +269,10 @@ def softmax(x: Any, dim: int = -1) -> Any:
             device = x.get_device()
             entry = _recent.get((device, shape, x.dtype))
             if entry is not None and _current_device() == device:
-                plan, bound, guard = entry
+                launch, bound, guard = entry
                 stream = _raw_stream(device)
                 if (bound is None or bound == stream) and (guard is None or guard()):
-                    out = _native_run(x, stream, plan)
+                    out = _native_run(x, stream, *launch)
                     if out is not None:
                         return out
             dtype = _DTYPE_NAMES.get(x.dtype)
