@@ -6,9 +6,11 @@ must cost arithmetic, never a compile or a recording.
 
 - Kernel instances: one build per (variant, config, dtype) (``build_for``), compiled on first use or
   by ``autotuner.warmup``; a build launches every (M, N) its config admits (``kernels.base.Build``).
-- A call on 2-D contiguous rows of a CUDA tensor asks ``select_kernel`` for the pick, takes the
-  pick's instance and its launch arithmetic for (M, N) (``Build.native``), and issues it through
-  the native launch module (``kernels.native``): one C call allocates the output and launches.
+- A call on 2-D contiguous rows of a CUDA tensor reads ``select_kernel``'s pick from the GPU's own
+  table (``instance_for``: ``DispatchTable.pick``, the builds kept by candidate), takes the pick's
+  instance and its launch for (M, N) (``Build.native``), and issues it through the native launch
+  module (``kernels.native``): one C call allocates the output and launches. A torch_softmax pick
+  calls ``torch.softmax`` itself (``Build.apply``).
 - Recent shapes: the native launch of the last calls is kept per (device, shape, dtype), at most
   ``RECENT_SHAPES`` of them (cleared when full), so a repeated shape costs one dict probe and that C
   call. An entry is used only while its device is current, on its stream where it holds a stream's
@@ -20,8 +22,8 @@ must cost arithmetic, never a compile or a recording.
   through ``_softmax_impl``: validate, lay the rows out as a 2-D contiguous tensor, launch. CPU
   tensors are handed to ``torch.softmax`` (no kernel of ours runs there).
 
-Every cache here is bounded by the kernel instances (builds, GPU keys per device) or by
-``RECENT_SHAPES``, never by the shapes met. ``torch.compile`` sees ``torch.ops.autotuner.softmax``,
+Every cache here is bounded by the kernel instances (builds, GPU keys per device, pickers per
+device and dtype) or by ``RECENT_SHAPES``, never by the shapes met. ``torch.compile`` sees ``torch.ops.autotuner.softmax``,
 a custom op whose body is the same path.
 """
 from __future__ import annotations
