@@ -6,10 +6,12 @@ must cost arithmetic, never a compile or a recording.
 
 - Kernel instances: one build per (variant, config, dtype) (``build_for``), compiled on first use or
   by ``autotuner.warmup``; a build launches every (M, N) its config admits (``kernels.base.Build``).
-- A call on 2-D contiguous rows of a CUDA tensor asks ``select_kernel`` for the pick, takes the
-  pick's instance and its launch arithmetic for (M, N) (``Build.native``), and issues it through
-  the native launch module (``kernels.native``): one C call allocates the output and launches.
-- Recent shapes: the native launches of the last calls are kept per (device, shape, dtype), at most
+- A call on 2-D contiguous rows of a CUDA tensor reads ``select_kernel``'s pick from the GPU's own
+  table (``instance_for``: ``DispatchTable.pick``, the builds kept by candidate), takes the pick's
+  instance and its launch for (M, N) (``Build.native``), and issues it through the native launch
+  module (``kernels.native``): one C call allocates the output and launches. A torch_softmax pick
+  calls ``torch.softmax`` itself (``Build.apply``).
+- Recent shapes: the native launch of the last calls is kept per (device, shape, dtype), at most
   ``RECENT_SHAPES`` of them (cleared when full), so a repeated shape costs one dict probe and that C
   call. An entry is used only while its device is current, on its stream where it holds a stream's
   buffer, and while its guard holds (no Triton launch hook).
@@ -20,8 +22,8 @@ must cost arithmetic, never a compile or a recording.
   through ``_softmax_impl``: validate, lay the rows out as a 2-D contiguous tensor, launch. CPU
   tensors are handed to ``torch.softmax`` (no kernel of ours runs there).
 
-Every cache here is bounded by the kernel instances (builds, GPU keys per device) or by
-``RECENT_SHAPES``, never by the shapes met. ``torch.compile`` sees ``torch.ops.autotuner.softmax``,
+Every cache here is bounded by the kernel instances (builds, GPU keys per device, pickers per
+device and dtype) or by ``RECENT_SHAPES``, never by the shapes met. ``torch.compile`` sees ``torch.ops.autotuner.softmax``,
 a custom op whose body is the same path.
 """
 from __future__ import annotations
@@ -32,17 +34,20 @@ from typing import Any
 
 import torch
 
+from autotuner.lookup import select as _select
 from autotuner.lookup.gpu import normalize_gpu_name
 from autotuner.lookup.select import select_kernel
 from kernels import native as native_loader
 
-RECENT_SHAPES = 1024  # native launches kept for repeated shapes (a bounded memo, cleared when full)
+RECENT_SHAPES = 16384  # native launches kept for repeated shapes (a bounded memo, cleared when full; about 0.5 kB each)
 
 # (variant, config items, dtype) -> build: bounded by the tables' candidates
 _builds: dict[tuple[str, tuple, str], Any] = {}
-# (device index, shape, torch dtype) -> (native plan, stream it is bound to or None, guard or None)
+# (device index, shape, torch dtype) -> (native launch, stream it is bound to or None, guard or None)
 _recent: dict[tuple[int, Any, Any], tuple[Any, int | None, Any]] = {}
 _gpu_keys: dict[int, str] = {}
+# (device index, dtype) -> what instance_for reads picks with (see _picker): bounded by devices x dtypes
+_pickers: dict[tuple[int, str], tuple] = {}
 _lock = threading.Lock()
 _native_failed: list[str] = []  # the native module's first failure, after which it is not used
 
@@ -56,7 +61,7 @@ _empty_like = torch.empty_like
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: torch.cuda.current_device())
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream)
-_native_run: Any = None  # the loaded module's run(x, stream, plan), bound once it is loaded
+_native_run: Any = None  # the loaded module's run(x, stream, *launch), bound once it is loaded
 _module_loaded: Any = None  # the module, once loaded (reset with _native_run where it fails)
 
 
@@ -96,13 +101,42 @@ def build_for(variant_name: str, config: dict[str, Any], dtype: str, n: int | No
 
 
 def instance_for(device: int, m: int, n: int, dtype: str) -> Any:
-    """The build of the kernel ``select_kernel`` picks for (m, n) on ``device``'s GPU."""
-    choice = select_kernel(m, n, dtype, gpu=_gpu_key(device))
-    build = _builds.get((choice.variant, choice.config_items, dtype))
+    """The build of the kernel ``select_kernel`` picks for (m, n), m >= 1, on ``device``'s GPU: read
+    from the GPU's own table with ``DispatchTable.pick`` (the same index, without the answer's time
+    model, reason and cached ``KernelChoice``), each candidate's build kept in a list by candidate;
+    through ``select_kernel`` where the GPU has no own table (a donor's answer or the fallback)."""
+    store = _select._default_store or _select.default_store()
+    picker = _pickers.get((device, dtype))
+    if picker is None or picker[0] is not store or picker[1] != store.generation:
+        picker = _picker(device, dtype, store)
+    table = picker[2]
+    if table is None:
+        choice = select_kernel(m, n, dtype, gpu=_gpu_key(device))
+        build = _builds.get((choice.variant, choice.config_items, dtype))
+        return build or _build_on(device, choice.variant, choice.config, dtype, n)
+    candidate = table.pick(m, n, picker[3])
+    slot = -1 if candidate is None else candidate  # the last slot: the fallback's
+    build = picker[4][slot]
     if build is None:
-        with torch.cuda.device(device):  # compile and load on the rows' device
-            build = build_for(choice.variant, choice.config, dtype, n)
+        variant, config = ("torch_softmax", {}) if candidate is None else \
+            (table.candidates[candidate]["variant"], table.candidates[candidate]["config"])
+        build = picker[4][slot] = _build_on(device, variant, config, dtype, n)
     return build
+
+
+def _picker(device: int, dtype: str, store: Any) -> tuple:
+    """(store, its generation, the GPU's own table or None, its view, builds by candidate and the
+    fallback's last), kept per (device, dtype) until the store's tables change."""
+    own = store.own_view(_gpu_key(device), dtype)
+    table, view = own if own is not None else (None, 0)
+    picker = _pickers[(device, dtype)] = (store, store.generation, table, view,
+                                          [None] * (len(table.candidates) + 1 if table is not None else 0))
+    return picker
+
+
+def _build_on(device: int, variant: str, config: dict[str, Any], dtype: str, n: int) -> Any:
+    with torch.cuda.device(device):  # compile and load on the rows' device
+        return build_for(variant, config, dtype, n)
 
 
 def native_module() -> Any:
@@ -116,15 +150,9 @@ def native_module() -> Any:
     return module
 
 
-def _remember(key: tuple, entry: tuple) -> None:
-    if len(_recent) >= RECENT_SHAPES:
-        _recent.clear()  # cheap and rare; the working set refills at a new shape's cost each
-    _recent[key] = entry
-
-
 def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
     """``rows``' softmax through the native module (``device`` current), or None where it cannot
-    take the call; the launches are kept for the shape (``_recent``)."""
+    take the call; the launch is kept for the shape (``_recent``)."""
     global _module_loaded
     module = _module_loaded or native_module()
     guard = build.native_guard
@@ -132,12 +160,11 @@ def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
         return None
     m, n = shape
     stream = _raw_stream(device)
-    launches = build.native(device, stream, m, n)
-    if launches is None:
+    launch = build.native(device, stream, m, n)
+    if launch is None:
         return None
     try:
-        plan = module.make_plan(launches)
-        out = module.run(rows, stream, plan)
+        out = module.run(rows, stream, *launch)
     except (RuntimeError, SystemError, TypeError, ValueError) as exc:  # a module built wrong: Python path
         _native_failed.append(f"{type(exc).__name__}: {exc}")
         _module_loaded = None
@@ -146,7 +173,9 @@ def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
                       RuntimeWarning, stacklevel=4)
         return None
     if out is not None:
-        _remember((device, shape, rows.dtype), (plan, stream if build.stream_bound else None, guard))
+        if len(_recent) >= RECENT_SHAPES:
+            _recent.clear()  # cheap and rare; the working set refills at a new shape's cost each
+        _recent[(device, shape, rows.dtype)] = (launch, stream if build.stream_bound else None, guard)
     return out
 
 
@@ -154,17 +183,23 @@ def _launch(device: int, rows: Any, dtype: str) -> Any:
     """The softmax of 2-D contiguous ``rows`` (M, N > 0) on ``device``, on its current stream."""
     shape = rows.shape
     build = instance_for(device, shape[0], shape[1], dtype)
+    if build.apply is not None:  # a variant with a cheaper way to a new tensor (torch_softmax: torch's own)
+        return build.apply(rows)
     if _current_device() != device:  # kernel handles and the stream are the current device's
         with torch.cuda.device(device):
             return _launch_current(device, rows, build, shape)
-    return _launch_current(device, rows, build, shape)
+    out = _launch_native(device, rows, build, shape)  # _launch_current's body: one call fewer on the usual path
+    return out if out is not None else _launch_python(rows, build)
 
 
 def _launch_current(device: int, rows: Any, build: Any, shape: Any) -> Any:
     out = _launch_native(device, rows, build, shape)
-    if out is None:
-        out = _empty_like(rows)
-        build.launch(rows, out)
+    return out if out is not None else _launch_python(rows, build)
+
+
+def _launch_python(rows: Any, build: Any) -> Any:
+    out = _empty_like(rows)
+    build.launch(rows, out)
     return out
 
 
@@ -236,10 +271,10 @@ def softmax(x: Any, dim: int = -1) -> Any:
             device = x.get_device()
             entry = _recent.get((device, shape, x.dtype))
             if entry is not None and _current_device() == device:
-                plan, bound, guard = entry
+                launch, bound, guard = entry
                 stream = _raw_stream(device)
                 if (bound is None or bound == stream) and (guard is None or guard()):
-                    out = _native_run(x, stream, plan)
+                    out = _native_run(x, stream, *launch)
                     if out is not None:
                         return out
             dtype = _DTYPE_NAMES.get(x.dtype)
@@ -256,6 +291,6 @@ def cache_sizes() -> dict[str, int]:
     from kernels.triton_impl import launch as triton_launch
 
     triton_kernels = sum(len(launcher.compiled) for launcher in triton_launch.all_launchers())
-    return {"builds": len(_builds), "recent_shapes": len(_recent), "gpu_keys": len(_gpu_keys),
+    return {"builds": len(_builds), "recent_shapes": len(_recent), "gpu_keys": len(_gpu_keys), "pickers": len(_pickers),
             "lookup_answers": len(default_store()._cache), "cuda_generic_launchers": len(cuda_launch._generic),
             "triton_compiled_kernels": triton_kernels}

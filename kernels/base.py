@@ -157,9 +157,10 @@ class Resources:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-# ``Build.native(device, stream, m, n)``: the launches of an (m, n) call on ``device`` (current)
-# and ``stream`` as the native launch module takes them (``kernels.native``), or None where the
-# call must go through ``launch``.
+# ``Build.native(device, stream, m, n)``: the launch of an (m, n) call on ``device`` (current) and
+# ``stream`` as the native launch module's ``run`` takes it after x and the stream (``kernels.native``:
+# function, grid x, block x, shared memory, slots, x slot, out slot), or None where the call must go
+# through ``launch``.
 NativeGeometry = Callable[[int, int, int, int], "tuple | None"]
 
 
@@ -171,12 +172,15 @@ class Build:
     power-of-two BLOCK and N's alignment, so per bucket, never per N).
 
     ``native`` (optional) is the same launch arithmetic as data: ``native(device, stream, m, n)``
-    gives the call's launches as the native module takes them (``kernels.native``: function
-    handle, grid, block, shared memory, packed arguments with the x and out slots), or None where
-    that call must go through ``launch`` (a kernel not compiled yet for N's bucket, a workspace that
-    may move). ``stream_bound``: those launches hold a buffer of ``stream`` and are valid on it
-    only (``kernels/cuda/slot_workspace.py``). ``native_guard``: a check that must hold whenever
-    launches so described are issued (Triton: no launch hook registered, which they would skip).
+    gives the call's one launch as plain values the native module issues (``kernels.native``:
+    function handle, grid x, block x, shared memory, packed arguments, the x and out slots), or None
+    where that call must go through ``launch`` (a kernel not compiled yet for N's bucket, two
+    launches, a workspace that may move). ``stream_bound``: such a launch holds a buffer of
+    ``stream`` and is valid on it only (``kernels/cuda/slot_workspace.py``). ``native_guard``: a
+    check that must hold whenever launches so described are issued (Triton: no launch hook registered, which they would skip).
+    ``apply`` (optional): ``apply(x)`` gives the softmax of x as a new tensor, the bits ``launch``
+    gives, where the variant has a cheaper way to it than an allocation and ``launch``
+    (torch_softmax: ``torch.softmax`` itself); the runtime then calls it instead.
 
     ``resources`` may depend on N for kernels whose dynamic shared memory or block size depend on
     N; the variant reports them for the ``n`` ``build`` was given, a hint for that report only.
@@ -190,6 +194,7 @@ class Build:
     native: NativeGeometry | None = None
     stream_bound: bool = False
     native_guard: Callable[[], bool] | None = None
+    apply: Callable[[Any], Any] | None = None
 
 
 class Variant(ABC):

@@ -112,6 +112,7 @@ class TableStore:
         # elsewhere (the service caches response bytes) keeps this small so full GC passes stay short.
         self._cache_limit = CACHE_LIMIT if cache_limit is None else cache_limit
         self._lock = threading.Lock()
+        self.generation = 0  # counts the changes of the tables: what own_view gave is valid while it stands
         for table in tables:
             self.add(table)
 
@@ -121,6 +122,7 @@ class TableStore:
             self._tables[table.key] = table
             self._cache.clear()
             self._views.clear()
+            self.generation += 1
 
     def add_lazy(self, key: tuple[str, str, str], load: Callable[[], DispatchTable | None]) -> None:
         """Answer ``key`` from ``load()``'s table, called on the key's first use (None, or a table of
@@ -130,6 +132,7 @@ class TableStore:
             self._pending[key] = load
             self._cache.clear()
             self._views.clear()
+            self.generation += 1
 
     def replace_all(self, tables: Iterable[DispatchTable]) -> None:
         fresh = {t.key: t for t in tables}
@@ -138,6 +141,7 @@ class TableStore:
             self._pending = {}
             self._cache.clear()
             self._views.clear()
+            self.generation += 1
 
     def _table(self, key: tuple[str, str, str]) -> DispatchTable | None:
         table = self._tables.get(key)
@@ -239,14 +243,7 @@ class TableStore:
         if m == 0:
             choice = self._answer(table, gpu_key, 1, n, source)
             return replace(choice, predicted_us=0.0, exact=False, reason=ZERO_ROWS_REASON)
-        view = self._views.get((table, gpu_key))
-        if view is None:
-            spec = gpu_spec(gpu_key)
-            # a GPU not listed in gpu_models runs what its own table holds (it was measured there)
-            runnable = runnable_candidates(table.candidates, table.gpu, spec) if spec else None
-            view = self._views[(table, gpu_key)] = (0, None) if runnable is None or \
-                len(runnable) == len(table.candidates) else (table.view_of(runnable), runnable)
-        number, runnable = view
+        number, runnable = self._views.get((table, gpu_key)) or self._view(table, gpu_key)
         candidate, predicted_us, exact, rule, reason = table.answer(m, n, 0 if number is None else number)
         if number is None and candidate is not None and candidate not in runnable:
             candidate, predicted_us, rule = None, None, "no-view"
@@ -259,6 +256,28 @@ class TableStore:
             source = "model" if source == "table" else f"{source}/model"
         variant, config_items = table.choice_fields[candidate]
         return _choice(variant, config_items, predicted_us, gpu_key, table.dtype, source, exact)
+
+    def _view(self, table: DispatchTable, gpu_key: str) -> tuple[int | None, frozenset[int] | None]:
+        """(the view of ``table`` answering among the kernels ``gpu_key`` runs, or None where the index
+        has none; those kernels, or None: all), kept per (table, GPU)."""
+        spec = gpu_spec(gpu_key)
+        # a GPU not listed in gpu_models runs what its own table holds (it was measured there)
+        runnable = runnable_candidates(table.candidates, table.gpu, spec) if spec else None
+        view = self._views[(table, gpu_key)] = (0, None) if runnable is None or \
+            len(runnable) == len(table.candidates) else (table.view_of(runnable), runnable)
+        return view
+
+    def own_view(self, gpu_key: str, dtype: str, method: str = DEFAULT_METHOD) -> tuple[DispatchTable, int] | None:
+        """The GPU's own table and the view of it that ``select`` answers from, for a caller that reads
+        picks with ``DispatchTable.pick`` (the runtime's new shapes, M >= 1): ``select``'s answer for
+        every (m, n) is then ``table.candidates[table.pick(m, n, view)]``, or the fallback where it is
+        None. None where ``select`` answers otherwise (no own table: a donor's or the fallback; no
+        view for this GPU's kernels). Valid while ``generation`` is unchanged."""
+        table = self._table((gpu_key, dtype, method))
+        if table is None:
+            return None
+        number = (self._views.get((table, gpu_key)) or self._view(table, gpu_key))[0]
+        return None if number is None else (table, number)
 
 
 _new_object = object.__new__

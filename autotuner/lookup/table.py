@@ -94,6 +94,17 @@ class _Partition:
             setattr(self, name, decode_array(fields[name], code).tolist())
 
 
+def _leaf(partition: _Partition, m: int, n: int) -> int:
+    """The leaf of (m, n): bisect into the M band, its N cell, and the cell's M range where it has them."""
+    band = bisect_right(partition.m_edges, m) - 1
+    band_start = partition.band_start
+    leaf = partition.cell_ref[bisect_right(partition.n_edges, n, band_start[band], band_start[band + 1]) - 1]
+    if leaf < 0:
+        split_start = partition.split_start
+        leaf = partition.split_leaf[bisect_right(partition.split_m, m, split_start[-leaf - 1], split_start[-leaf]) - 1]
+    return leaf
+
+
 class TableFields:
     """A validated table document's fields, as both the lookup's table and the fit's rule
     (``autotuner/fit/rule.py``) read them."""
@@ -139,13 +150,7 @@ class DispatchTable(TableFields):
             (candidate, rule, reason), time, exact = found
             return candidate, time, exact, rule, reason.format(m=m, n=n) if reason else ""
         partition = self._partitions[view][n & 7 != 0] or self._decode(view, n & 7 != 0)
-        # the leaf: bisect into the M band, its N cell, and the cell's M range where it has them
-        band = bisect_right(partition.m_edges, m) - 1
-        band_start = partition.band_start
-        leaf = partition.cell_ref[bisect_right(partition.n_edges, n, band_start[band], band_start[band + 1]) - 1]
-        if leaf < 0:
-            split_start = partition.split_start
-            leaf = partition.split_leaf[bisect_right(partition.split_m, m, split_start[-leaf - 1], split_start[-leaf]) - 1]
+        leaf = _leaf(partition, m, n)
         candidate, rule, reason = self.answers[partition.leaf_answer[leaf]]
         if candidate is None:
             return None, None, False, rule, reason.format(m=m, n=n)
@@ -157,6 +162,15 @@ class DispatchTable(TableFields):
         time = 2.0 ** (c0 + c1 * dx + c2 * dy + c3 * dx * dy)
         floor = 2 * m * n / self._copy_rate if self._copy_rate else 0.0
         return candidate, time if time > floor else floor, False, rule, ""
+
+    def pick(self, m: int, n: int, view: int = 0) -> int | None:
+        """``answer(m, n, view)``'s candidate alone (None: the fallback), m >= 1: the same probe and
+        bisects, without the time model and the reason (the runtime's new-shape path needs neither)."""
+        found = self._exact[view].get((m, n))
+        if found is not None:
+            return found[0][0]
+        partition = self._partitions[view][n & 7 != 0] or self._decode(view, n & 7 != 0)
+        return self.answers[partition.leaf_answer[_leaf(partition, m, n)]][0]
 
     def lookup(self, m: int, n: int) -> Pick | None:
         """The index's pick for (m, n) among every candidate, or None where it answers the fallback."""

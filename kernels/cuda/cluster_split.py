@@ -15,6 +15,7 @@ sweep) where the GPU cannot co-schedule 16 blocks.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, ClassVar
 
 from kernels.base import SUPPORTED, Build, KernelConfig, Support, unsupported
@@ -112,6 +113,7 @@ class ClusterSplitCuda(CudaVariant):
         return self._shape(config) != (16, 256, 4, 0)
 
     @staticmethod
+    @lru_cache(maxsize=None)  # read on every launch's geometry; bounded by the configs
     def _shape(config: KernelConfig) -> tuple[int, int, int, int]:
         return int(config["cluster"]), int(config["block"]), int(config["packs"]), int(config["smem"])
 

@@ -109,7 +109,6 @@ class CudaVariant(Variant):
         def native(device: int, stream: int, m: int, n: int) -> tuple | None:
             if not m:
                 return None
-            launch_data = kernel.native(device, grid_of(config, m, n), smem_of(config, dtype, n), (0, 0, m, n))
-            return launch_data and (launch_data,)
+            return kernel.native(device, grid_of(config, m, n), smem_of(config, dtype, n), (0, 0, m, n))
 
         return launch, native

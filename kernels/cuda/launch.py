@@ -167,19 +167,18 @@ class KernelLauncher:
         _launch_kernel(handle, gx, gy, gz, bx, by, bz, shared_mem, stream, buffer.params, 0)
 
     def native(self, device: int, grid: Sequence[int], shared_mem: int, args: Sequence[Any],
-               x_slots: tuple[int, ...] = (0,), out_slots: tuple[int, ...] = (1,)) -> tuple | None:
+               x_slot: int = 0, out_slot: int = 1) -> tuple | None:
         """This launch as the native module takes it (``kernels.native``): the CUfunction of
-        ``device`` (which must be current), grid, block, shared memory (opted into here where it
-        needs the opt-in) and ``args`` packed into 8-byte slots, x and out given as 0 and patched
-        per call at ``x_slots`` and ``out_slots``. None where the direct launch is off
-        (``DIRECT_LAUNCH_ENV``)."""
-        if not self.direct:
+        ``device`` (which must be current), grid x, block x, shared memory (opted into here where it
+        needs the opt-in), ``args`` packed into 8-byte slots, x and out given as 0 and patched per
+        call at ``x_slot`` and ``out_slot``. None where the direct launch is off
+        (``DIRECT_LAUNCH_ENV``) or the grid or block is not one-dimensional."""
+        if not self.direct or len(grid) > 1 and (grid[1] != 1 or grid[-1] != 1) or self.block[1:] != (1, 1):
             return None
         handle = self._handles.get(device) or self.handle(device)
         if shared_mem and self._smem.get(device, 0) < shared_mem:
             self._raise_smem(device, shared_mem)
-        return (handle, grid if len(grid) == 3 else tuple((*grid, 1, 1)[:3]), self.block, shared_mem,
-                self._struct.pack(*args), x_slots, out_slots)
+        return handle, grid[0], self.block[0], shared_mem, self._struct.pack(*args), x_slot, out_slot
 
     def _call_cupy(self, grid: Sequence[int], shared_mem: int, args: Sequence[Any]) -> None:
         """The launch through CuPy's ``RawKernel.__call__`` (numpy scalars give the exact types)."""

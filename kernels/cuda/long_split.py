@@ -118,7 +118,6 @@ class LongSplitCuda(SlotWorkspace, CudaVariant):
                 split, slots, tickets = arguments(device, stream, m, n)
             except ValueError:  # launch raises it
                 return None
-            launch_data = kernel.native(device, (m * split, 1, 1), 0, (0, 0, slots, tickets, n, split))
-            return None if launch_data is None else (launch_data,)
+            return kernel.native(device, (m * split, 1, 1), 0, (0, 0, slots, tickets, n, split))
 
         return launch, native

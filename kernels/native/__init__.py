@@ -11,10 +11,10 @@ Optional: without it every call takes the Python path, which gives the same resu
   module is used from the first call after that build ends. ``SOFTMAX_AUTOTUNER_NATIVE=build``
   builds on first use in the calling thread instead.
 
-The module's functions: ``make_plan(launches)``, ``run(x, stream, plan)``, ``empty_like(x)``,
-``param_sizes(function)``. A launch is ``(function, grid, block, shared_mem, slots, x_slots,
-out_slots)``: every argument in an 8-byte slot as ``kernels.cuda.packing`` packs it, x and out as 0,
-patched per call at the slots listed.
+The module's functions: ``run(x, stream, function, grid_x, block_x, shared_mem, slots, x_slot,
+out_slot)`` (``*Build.native(...)`` after x and the stream: one launch of grid (grid_x, 1, 1), every
+argument in an 8-byte slot as ``kernels.cuda.packing`` packs it, x and out as 0, patched per call at
+the two slots named), ``empty_like(x)``, ``param_sizes(function)``.
 """
 from __future__ import annotations
 

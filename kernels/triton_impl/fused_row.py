@@ -114,7 +114,6 @@ class TritonFusedRow(TritonVariant):
             if m == 0:
                 return None
             programs = min(m, bucket_of(n_cols)[0] * device_sms(device))
-            launch_data = launcher.native(device, dtype, (programs,), (X, OUT, m, n_cols), (next_power_of_two(n_cols), stages))
-            return None if launch_data is None else (launch_data,)
+            return launcher.native(device, dtype, (programs,), (X, OUT, m, n_cols), (next_power_of_two(n_cols), stages))
 
         return Build(self.name, config, dtype, launch, resources, native, native_guard=hooks_idle_guard())

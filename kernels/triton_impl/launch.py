@@ -263,8 +263,8 @@ class Launcher:
 
     def native(self, device: int, dtype: str, grid: Sequence[int], args: Sequence[Any],
                consts: Sequence[Any]) -> tuple | None:
-        """The launch ``self(grid, args, consts)`` would issue, as the native module takes it
-        (``kernels.native``), with the tensors given as the markers ``X`` and ``OUT`` (both of
+        """The launch ``self(grid, args, consts)`` would issue (``grid`` one-dimensional), as the native
+        module takes it (``kernels.native``), with the tensors given as the markers ``X`` and ``OUT`` (both of
         ``dtype``, taken as 16-byte aligned: the native module checks it per call). None where
         that launch's kernel has not been compiled yet (the launch through ``self`` compiles it),
         or needs more than a plain launch (``_native_template``). Kept per compiled kernel."""
@@ -279,9 +279,9 @@ class Launcher:
             template = self._templates[key] = self._confirmed_template(entry[3], args)
         if template is None:
             return None
-        slot_struct, packed, x_slots, out_slots, block, shared, function, nulls = template
+        slot_struct, packed, x_slot, out_slot, block_x, shared, function, nulls = template
         slots = slot_struct.pack(*[0 if args[i] in (X, OUT) else args[i] for i in packed]) + nulls
-        return (function, tuple((*grid, 1, 1)[:3]), block, shared, slots, x_slots, out_slots)
+        return function, grid[0], block_x, shared, slots, x_slot, out_slot
 
     def _confirmed_template(self, kernel: Any, args: Sequence[Any]) -> tuple | None:
         """``_native_template`` with the null scratch pointers the driver's parameter sizes ask for
@@ -320,9 +320,9 @@ X, OUT = "x", "out"  # the two pointers ``Launcher.native`` takes as markers: pa
 def _native_template(kernel: Any, runtime_names: Sequence[str], args: Sequence[Any]) -> tuple | None:
     """What every native launch of one ``CompiledKernel`` shares, from its signature (constexprs and
     values Triton specialised to constants dropped) and metadata: (struct of the argument slots,
-    indexes of ``args`` packed, x slots, out slots, block, shared memory, function, byte sizes). None
+    indexes of ``args`` packed, x slot, out slot, block x, shared memory, function, byte sizes). None
     where the kernel needs more than a plain launch (clusters, cooperative or PDL launch, scratch
-    memory), its signature is not at hand, or a pointer argument is neither x nor out."""
+    memory), its signature is not at hand, or its pointer arguments are other than one x and one out."""
     import struct
 
     from kernels.cuda.packing import KIND_SIZES, slot_format
@@ -352,10 +352,12 @@ def _native_template(kernel: Any, runtime_names: Sequence[str], args: Sequence[A
         else:
             return None
         packed.append(index)
+    if len(x_slots) != 1 or len(out_slots) != 1:
+        return None
     kinds_text = "".join(kinds)
     sizes = tuple(KIND_SIZES[kind] for kind in kinds_text)
-    return (struct.Struct(slot_format(kinds_text)), tuple(packed), tuple(x_slots), tuple(out_slots),
-            (32 * metadata.num_warps, 1, 1), int(metadata.shared), int(kernel.function), sizes)
+    return (struct.Struct(slot_format(kinds_text)), tuple(packed), x_slots[0], out_slots[0],
+            32 * metadata.num_warps, int(metadata.shared), int(kernel.function), sizes)
 
 
 @lru_cache(maxsize=None)

@@ -70,7 +70,6 @@ class TritonOneRow(TritonFusedRow):
                 launcher((m,), (x, out, n_cols), (next_power_of_two(n_cols),))
 
         def native(device: int, stream: int, m: int, n_cols: int) -> tuple | None:
-            launch_data = launcher.native(device, dtype, (m,), (X, OUT, n_cols), (next_power_of_two(n_cols),))
-            return None if launch_data is None or not m else (launch_data,)
+            return launcher.native(device, dtype, (m,), (X, OUT, n_cols), (next_power_of_two(n_cols),)) if m else None
 
         return Build(self.name, config, dtype, launch, resources, native, native_guard=hooks_idle_guard())

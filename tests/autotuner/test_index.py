@@ -58,3 +58,22 @@ def test_converting_something_that_is_not_a_table_is_a_clear_error(tmp_path):
     path.write_text(json.dumps({"runs": []}))
     result = CliRunner().invoke(app, ["convert-tables", str(path)])
     assert result.exit_code == 1 and "is not a dispatch table" in result.output
+
+
+@pytest.mark.parametrize("path", sorted(SHIPPED.glob("h100_*.json")) + sorted(SHIPPED.glob("h200_bf16_*.json")),
+                         ids=lambda path: path.stem)
+def test_pick_answers_the_candidate_answer_does_in_every_view(path):
+    """``DispatchTable.pick`` (the runtime's read of a pick) is ``answer``'s candidate, at the measured
+    points and at 20,000 log-uniform shapes, in every view of the index."""
+    import math
+    import random
+
+    table = DispatchTable(json.loads(path.read_text()))
+    rng = random.Random(31)
+    shapes = [(max(1, int(math.exp(rng.uniform(0, math.log(1 << 20))))),
+               max(1, int(math.exp(rng.uniform(0, math.log(1 << 24)))))) for _ in range(20_000)]
+    for view in range(len(table.document["index"]["views"])):
+        points = [(m, n) for m, n, *_ in table.document["index"]["exact"][view]]
+        assert points
+        for m, n in points + shapes:
+            assert table.pick(m, n, view) == table.answer(m, n, view)[0], (view, m, n)

@@ -128,9 +128,9 @@ def test_native_launches_give_the_bits_of_the_builds_own_launch(native_module, v
                 side.wait_stream(torch.cuda.current_stream())
                 for stream in (torch.cuda.current_stream(), side):
                     with torch.cuda.stream(stream):
-                        launches = build.native(x.get_device(), stream.cuda_stream, m, n) if build.native else None
-                        if launches is not None:
-                            got.append(native_module.run(x, stream.cuda_stream, native_module.make_plan(launches)))
+                        launch = build.native(x.get_device(), stream.cuda_stream, m, n) if build.native else None
+                        if launch is not None:
+                            got.append(native_module.run(x, stream.cuda_stream, *launch))
                 torch.cuda.current_stream().wait_stream(side)
                 for y in got:
                     assert torch.equal(_bits(y), _bits(expected)), f"{config} {dtype} {m}x{n}"

@@ -31,18 +31,14 @@ def test_invalid_input_is_refused_with_a_clear_error(value, dim, error, words):
 
 
 class FakeNative:
-    """The native module's make_plan and run: run returns a tensor of 7s (or None, as for a
-    misaligned input) and records (x, stream, plan)."""
+    """The native module's run: returns a tensor of 7s (or None, as for a misaligned input) and
+    records (x, stream, launch)."""
 
     def __init__(self):
-        self.runs, self.plans, self.aligned = [], [], True
+        self.runs, self.aligned = [], True
 
-    def make_plan(self, launches):
-        self.plans.append(launches)
-        return ("plan", launches)
-
-    def run(self, x, stream, plan):
-        self.runs.append((x, stream, plan))
+    def run(self, x, stream, *launch):
+        self.runs.append((x, stream, launch))
         return torch.full_like(x, 7.0) if self.aligned else None
 
 
@@ -65,7 +61,7 @@ def fake_cuda(monkeypatch):
 @pytest.fixture
 def planted(fake_cuda, monkeypatch):
     """A kept native launch for (2, 3) fp32 rows on device -1."""
-    monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), ("planted", None, None))
+    monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), (("planted",), None, None))
     return fake_cuda
 
 
@@ -73,7 +69,7 @@ def test_fast_path_takes_2d_contiguous_rows_over_the_last_dim(planted):
     x = torch.randn(2, 3)
     for dim in (-1, 1):
         assert torch.equal(runtime.softmax(x, dim), torch.full((2, 3), 7.0))
-    assert [(rows, stream, plan) for rows, stream, plan in planted.module.runs] == [(x, 0x50, "planted")] * 2
+    assert planted.module.runs == [(x, 0x50, ("planted",))] * 2
 
 
 @pytest.mark.parametrize("make, dim", [
@@ -92,7 +88,7 @@ def test_anything_else_takes_the_general_path(planted, make, dim):
 
 def test_a_kept_launch_is_used_only_on_its_stream_its_device_and_while_its_guard_holds(planted, monkeypatch):
     guard = [True]
-    monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), ("bound", 0x50, lambda: guard[0]))
+    monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), (("bound",), 0x50, lambda: guard[0]))
     x = torch.randn(2, 3)
     assert torch.equal(runtime.softmax(x), torch.full((2, 3), 7.0))  # its stream, guard holds
     for change in ("stream", "guard", "device"):
@@ -111,10 +107,10 @@ def fake_build(launched: list, stream_bound: bool = False, native: bool = True, 
         out.fill_(3.0)
 
     def geometry(device, stream, m, n):
-        return ((0xF00, (m, 1, 1), (128, 1, 1), 0, bytes(32), (0,), (1,)),)
+        return (0xF00, m, 128, 0, bytes(32), 0, 1)
 
     return types.SimpleNamespace(launch=launch, native=geometry if native else None, stream_bound=stream_bound,
-                                 native_guard=guard)
+                                 native_guard=guard, apply=None)
 
 
 def test_a_new_shape_takes_its_instances_launch_arithmetic_and_is_kept(fake_cuda, monkeypatch):
@@ -122,11 +118,11 @@ def test_a_new_shape_takes_its_instances_launch_arithmetic_and_is_kept(fake_cuda
     monkeypatch.setattr(runtime, "instance_for", lambda device, m, n, dtype: fake_build(launched, stream_bound=True))
     rows = torch.randn(4, 5)
     assert torch.equal(runtime._launch(-1, rows, "fp32"), torch.full((4, 5), 7.0))
-    assert fake_cuda.module.plans == [((0xF00, (4, 1, 1), (128, 1, 1), 0, bytes(32), (0,), (1,)),)]
-    plan = ("plan", fake_cuda.module.plans[0])
-    assert runtime._recent == {(-1, (4, 5), torch.float32): (plan, 0x50, None)}  # bound to its stream
+    launch = (0xF00, 4, 128, 0, bytes(32), 0, 1)
+    assert fake_cuda.module.runs == [(rows, 0x50, launch)]
+    assert runtime._recent == {(-1, (4, 5), torch.float32): (launch, 0x50, None)}  # bound to its stream
     assert torch.equal(runtime.softmax(rows), torch.full((4, 5), 7.0))  # the repeat: one probe, one run
-    assert len(fake_cuda.module.plans) == 1 and launched == []
+    assert fake_cuda.module.runs[1] == (rows, 0x50, launch) and launched == []
 
 
 @pytest.mark.parametrize("why", ["no module", "no native geometry", "guard", "misaligned"])

@@ -29,15 +29,12 @@ class FakeVariant:
     def build(self, config, dtype, n):
         self.built.append((self.name, config.key, dtype))
         return types.SimpleNamespace(
-            launch=None, stream_bound=False, native_guard=None,
-            native=lambda device, stream, m, n: ((0xF00, (m, 1, 1), (128, 1, 1), 0, bytes(32), (0,), (1,)),))
+            launch=None, stream_bound=False, native_guard=None, apply=None,
+            native=lambda device, stream, m, n: (0xF00, m, 128, 0, bytes(32), 0, 1))
 
 
 class Module:
-    def make_plan(self, launches):
-        return launches
-
-    def run(self, x, stream, plan):
+    def run(self, x, stream, *launch):
         return x  # no output allocated: 100,000 shapes stay cheap
 
 
@@ -54,6 +51,7 @@ def test_caches_stay_bounded_by_the_kernel_instances_over_100000_new_shapes(monk
     monkeypatch.setattr(runtime, "_builds", {})
     monkeypatch.setattr(runtime, "_recent", {})
     monkeypatch.setattr(runtime, "_gpu_keys", {-1: "h100"})
+    monkeypatch.setattr(runtime, "_pickers", {})
     monkeypatch.setattr(runtime, "_current_device", lambda: -1)
     monkeypatch.setattr(runtime, "_raw_stream", lambda index: 0)
     monkeypatch.setattr(runtime, "native_module", lambda: module)
@@ -73,4 +71,36 @@ def test_caches_stay_bounded_by_the_kernel_instances_over_100000_new_shapes(monk
     assert len(built) == len(runtime._builds) <= instances  # each instance built once
     assert len(runtime._recent) <= runtime.RECENT_SHAPES
     assert len(runtime._gpu_keys) == 1
+    assert len(runtime._pickers) == len(dtypes)  # one per (device, dtype)
     assert len(store._cache) <= store._cache_limit
+
+
+def test_the_runtimes_picks_are_select_kernels_and_follow_a_change_of_tables(monkeypatch):
+    """``instance_for`` reads picks with ``DispatchTable.pick`` from the GPU's own table (or through
+    ``select_kernel`` where it has none): on 20,000 random shapes per GPU it builds what
+    ``select_kernel`` answers, and a change of the store's tables is seen on the next call."""
+    from autotuner.lookup import select
+
+    made = []
+    monkeypatch.setattr(runtime, "_build_on", lambda device, variant, config, dtype, n:
+                        made.append(1) or (variant, tuple(config.items())))
+    monkeypatch.setattr(runtime, "_builds", {})
+    monkeypatch.setattr(runtime, "_pickers", {})
+    rng = random.Random(30)
+    for device, gpu in enumerate(("h100", "h200", "a100")):  # own tables; a donor's (select_kernel's path)
+        monkeypatch.setitem(runtime._gpu_keys, device, gpu)
+        for dtype in ("fp32", "fp16", "bf16"):
+            for _ in range(20_000 if gpu == "h100" else 3_000):
+                m, n = log_uniform(rng, 1 << 20), log_uniform(rng, 1 << 24)
+                choice = select.select_kernel(m, n, dtype, gpu=gpu)
+                got = runtime.instance_for(device, m, n, dtype)
+                if gpu == "a100":
+                    runtime._builds[(choice.variant, choice.config_items, dtype)] = got
+                assert got == (choice.variant, choice.config_items), (gpu, dtype, m, n)
+    assert len(runtime._pickers) == 9 and runtime._pickers[(2, "fp16")][2] is None
+    store = select.default_store()
+    table = store.get("h100", "fp16")
+    before = runtime._pickers[(0, "fp16")]
+    store.add(table)  # the tables change (a refit): the picker is made again
+    runtime.instance_for(0, 3, 5000, "fp16")
+    assert runtime._pickers[(0, "fp16")] is not before and runtime._pickers[(0, "fp16")][1] == store.generation

@@ -212,8 +212,7 @@ def test_cuda_launcher_works_out_geometry_per_call_and_skips_empty_inputs(fake_g
     assert calls[3][0][1] == 5
     handle = calls[0][0][0]
     assert native(0, 0x5000, 0, 100) is None
-    assert native(0, 0x5000, 7, 100) == ((handle, (7, 1, 1), (128, 1, 1), 400, struct.pack("<QQqq", 0, 0, 7, 100),
-                                          (0,), (1,)),)
+    assert native(0, 0x5000, 7, 100) == (handle, 7, 128, 400, struct.pack("<QQqq", 0, 0, 7, 100), 0, 1)
 
 
 def test_cuda_launcher_with_its_own_kernel_args_goes_through_loader_launch(fake_gpu):

@@ -19,12 +19,13 @@ def test_a_cuda_launch_packs_its_arguments_with_x_and_out_patched_per_call(monke
     launcher = cuda_launch.KernelLauncher(SimpleNamespace(kernel=SimpleNamespace(ptr=0xABC)), (128,), "PPqif")
     raised = []
     monkeypatch.setattr(launcher, "_raise_smem", lambda device, smem: raised.append((device, smem)))
-    got = launcher.native(0, (5,), 256, (0, 0, 7, -3, 0.5))
+    got = launcher.native(0, (5, 1, 1), 256, (0, 0, 7, -3, 0.5))
     assert raised == [(0, 256)]  # the shared-memory opt-in is checked as the launch checks it
-    function, grid, block, shared_mem, slots, x_slots, out_slots = got
-    assert (function, grid, block, shared_mem) == (0xABC, (5, 1, 1), (128, 1, 1), 0x100)
-    assert (x_slots, out_slots) == ((0,), (1,))
+    function, grid_x, block_x, shared_mem, slots, x_slot, out_slot = got
+    assert (function, grid_x, block_x, shared_mem) == (0xABC, 5, 128, 0x100)
+    assert (x_slot, out_slot) == (0, 1)
     assert slots == struct.pack("<QQqi4xf4x", 0, 0, 7, -3, 0.5)
+    assert launcher.native(0, (5, 2, 1), 0, (0, 0, 7, -3, 0.5)) is None  # a 2-D grid: the Python path
     launcher.direct = False  # AUTOTUNER_CUDA_DIRECT_LAUNCH=0: not native either
     assert launcher.native(0, (5,), 0, (0, 0, 7, -3, 0.5)) is None
 
@@ -42,8 +43,8 @@ NAMES = ("x_ptr", "out_ptr", "M", "stride", "scale")
 
 def test_a_triton_launch_follows_the_compiled_signature():
     template = triton_launch._native_template(compiled(SIGNATURE), NAMES, (X, OUT, 9, 1, 2.0))
-    slot_struct, packed, x_slots, out_slots, block, shared, function, sizes = template
-    assert (function, block, shared, x_slots, out_slots) == (0xDEF, (128, 1, 1), 1024, (0,), (1,))
+    slot_struct, packed, x_slot, out_slot, block_x, shared, function, sizes = template
+    assert (function, block_x, shared, x_slot, out_slot) == (0xDEF, 128, 1024, 0, 1)
     assert packed == (0, 1, 2, 4)  # the specialised stride (a constant) is dropped
     assert slot_struct.pack(0, 0, 9, 2.0) == struct.pack("<QQi4xf4x", 0, 0, 9, 2.0)
     assert sizes == (8, 8, 4, 4)
@@ -154,27 +155,29 @@ def test_the_module_builds_against_this_torch_and_allocates_like_torch(built):
 def test_the_module_refuses_bad_arguments_with_clear_errors(built):
     import torch
 
+    x = torch.ones(2, 2)
     with pytest.raises(TypeError, match="empty_like expects a Tensor"):
         built.empty_like([1, 2])
-    with pytest.raises(TypeError, match=r"run\(x: Tensor, stream: int, plan\)"):
-        built.run([1], 0, None)
-    with pytest.raises(TypeError, match="plan must come from make_plan"):
-        built.run(torch.ones(2, 2), 0, "not a plan")
-    with pytest.raises(ValueError, match="at least one launch"):
-        built.make_plan([])
+    with pytest.raises(TypeError, match=r"run\(x: Tensor, stream: int, function: int, grid_x"):
+        built.run([1], 0, 1, 1, 32, 0, bytes(16), 0, 1)
+    with pytest.raises(TypeError, match=r"run\(x: Tensor"):
+        built.run(x, 0, 1, 1, 32, 0, "not bytes", 0, 1)
     with pytest.raises(ValueError, match="8-byte slots"):
-        built.make_plan([(1, (1, 1, 1), (32, 1, 1), 0, bytes(12), (0,), (1,))])
-    with pytest.raises(ValueError, match="x_slots: slot 5 outside the 2 argument slots"):
-        built.make_plan([(1, (1, 1, 1), (32, 1, 1), 0, bytes(16), (5,), (1,))])
+        built.run(x, 0, 1, 1, 32, 0, bytes(12), 0, 1)
+    with pytest.raises(ValueError, match="x and out slots among them"):
+        built.run(x, 0, 1, 1, 32, 0, bytes(16), 5, 1)
+    with pytest.raises(ValueError, match="a function handle"):
+        built.run(x, 0, 0, 1, 32, 0, bytes(16), 0, 1)
 
 
 def test_the_module_reads_a_well_formed_launch_before_it_needs_the_driver(built):
-    """Parsing runs before libcuda is looked up, so this machine (no driver, Python 3.12 or not)
-    exercises the whole argument format of make_plan."""
-    launch = (0x1234, (2, 1, 1), (128, 1, 1), 64, bytes(24), (0,), (1,))
+    """The arguments are read before libcuda is looked up, so this machine (no driver) exercises the
+    whole argument format of run."""
+    import torch
+
     try:
-        plan = built.make_plan([launch, launch])
+        out = built.run(torch.ones(2, 2), 0, 0x1234, 2, 128, 64, bytes(24), 0, 2)
     except RuntimeError as exc:  # a machine without a CUDA driver
         assert "libcuda" in str(exc)
     else:
-        assert type(plan).__name__ == "PyCapsule"
+        pytest.fail(f"a launch of a made-up function handle returned {out!r}")

@@ -261,7 +261,7 @@ def test_launcher_describes_a_kept_kernels_launch_for_the_native_module(fake_cud
     monkeypatch.setattr(native, "load", lambda: module)
     monkeypatch.setattr(native, "_extra_nulls", {})
     got = launcher.native(0, "fp32", (7,), (X, OUT, 9, 48), (32, 1))  # another M and N of the same class
-    assert got == (0xF00D, (7, 1, 1), (128, 1, 1), 512, struct.pack("<QQi4xi4x", 0, 0, 9, 48) + bytes(16), (0,), (1,))
+    assert got == (0xF00D, 7, 128, 512, struct.pack("<QQi4xi4x", 0, 0, 9, 48) + bytes(16), 0, 1)
     assert launcher.native(0, "fp32", (7,), (X, OUT, 9, 47), (32, 1)) is None  # N % 16 != 0: not compiled
     assert launcher.native(1, "fp32", (7,), (X, OUT, 9, 48), (32, 1)) is None  # another device
     assert launcher.native(0, "fp16", (7,), (X, OUT, 9, 48), (32, 1)) is None  # another dtype
