@@ -3,11 +3,11 @@ bounded memory whatever its size (``POST /runs``; runs in the upload process).
 
 ``autotuner.records.exchange.parse_document`` builds the whole document as pydantic objects: about
 six times its JSON size in memory (a 250 MB upload took the server past 2 GB). Here the file is read
-twice with ``ijson`` (yajl's C parser), one value at a time:
+twice with ``service.json_scan`` (json's C scanner over a sliding window), one value at a time:
 
 1. **check**: every value is validated with the schema's own models (``RunRecord`` for a run's fields,
-   candidates and copy references, which are few; ``MeasurementRecord`` one row at a time, from the
-   row's JSON, so strictness is exactly ``parse_document``'s), plus the rules ``RunRecord`` applies
+   candidates and copy references, which are few; ``MeasurementRecord`` for the rows, ``BATCH_ROWS``
+   at a time from their JSON text, so strictness is exactly ``parse_document``'s), plus the rules ``RunRecord`` applies
    across rows: a row's candidate index within the run's list, no row twice (rows are compared as
    packed integers in numpy arrays: 16 bytes a row). Errors are collected, located as pydantic's are
    (``("body", "runs", 0, "measurements", 5, "median_us")``), at most ``MAX_ERRORS``.
@@ -24,17 +24,18 @@ from array import array
 from dataclasses import dataclass, field
 from typing import IO, Any, Iterator
 
-import ijson
 import numpy as np
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
 from autotuner.records.exchange import ExchangeDocument, ImportSummary, MeasurementRecord, RunRecord, open_run
 from db import bulk
+from service.json_scan import JsonError, JsonScanner
 
 BATCH_ROWS = 5000
 MAX_ERRORS = 100
 ROW_ARRAYS = ("candidates", "measurements", "copy_references")
+ROWS = TypeAdapter(list[MeasurementRecord])
 _DTYPE_CODES: dict[str, int] = {}
 
 
@@ -57,57 +58,37 @@ class _Run:
     record: RunRecord | None = None
 
 
-def _build(events: Iterator[tuple[str, str, Any]], event: str, value: Any) -> Any:
-    """The whole JSON value that starts with (event, value)."""
-    if event not in ("start_map", "start_array"):
-        return value
-    builder = ijson.ObjectBuilder()
-    builder.event(event, value)
-    depth = 1
-    for _prefix, inner, inner_value in events:
-        builder.event(inner, inner_value)
-        if inner in ("start_map", "start_array"):
-            depth += 1
-        elif inner in ("end_map", "end_array"):
-            depth -= 1
-            if depth == 0:
-                return builder.value
-    raise ValueError("the document ends inside a value")
-
-
 def walk(handle: IO[bytes]) -> Iterator[tuple[str, int, Any]]:
     """``(kind, run index, value)`` for each piece of the document, in file order: ``("top", -1, (key,
-    value))``, ``("run", i, None)`` at a run's start, ``("field", i, (key, value))``, and ``(array name,
-    i, item)`` for each item of a run's candidates, measurements and copy references. A value of the
-    wrong JSON type where a list or object must be raises ``DocumentErrors``."""
-    events = iter(ijson.parse(handle, use_float=True))
-    run = -1
-    for prefix, event, value in events:
-        if event == "map_key" or event in ("end_map", "end_array") and prefix in ("", "runs", "runs.item"):
+    value))``, ``("run", i, None)`` at a run's start, ``("field", i, (key, value))``, ``(array name, i,
+    item)`` for each candidate and copy reference, and ``("measurements", i, JSON text)`` for each row.
+    Raises :class:`~service.json_scan.JsonError` where the text is not JSON or not shaped as a document."""
+    scanner = JsonScanner(handle)
+    if scanner.peek(("body",)) != "{":
+        raise JsonError("Input should be an object (the exchange document)", ("body",))
+    for key in scanner.members(("body",)):
+        if key != "runs":
+            yield "top", -1, (key, scanner.value(("body", key))[0])
             continue
-        if prefix == "":
-            if event != "start_map":
-                raise DocumentErrors([_error(("body",), "Input should be an object (the exchange document)", "model_type")])
-        elif prefix == "runs":
-            if event != "start_array":
-                raise DocumentErrors([_error(("body", "runs"), "Input should be a valid list", "list_type")])
-        elif prefix == "runs.item":
-            if event != "start_map":
-                raise DocumentErrors([_error(("body", "runs", run + 1), "Input should be an object", "model_type")])
-            run += 1
+        if scanner.peek(("body", "runs")) != "[":
+            raise JsonError("Input should be a valid list", ("body", "runs"))
+        for run in scanner.items(("body", "runs")):
+            place = ("body", "runs", run)
+            if scanner.peek(place) != "{":
+                raise JsonError("Input should be an object", place)
             yield "run", run, None
-        elif prefix.startswith("runs.item."):
-            key = prefix[len("runs.item."):]
-            name = key[:-len(".item")] if key.endswith(".item") else None
-            if key in ROW_ARRAYS:
-                if event not in ("start_array", "end_array"):
-                    raise DocumentErrors([_error(("body", "runs", run, key), "Input should be a valid list", "list_type")])
-            elif name in ROW_ARRAYS:
-                yield name, run, _build(events, event, value)
-            else:
-                yield "field", run, (key, _build(events, event, value))
-        else:
-            yield "top", -1, (prefix, _build(events, event, value))
+            for name in scanner.members(place):
+                if name not in ROW_ARRAYS:
+                    yield "field", run, (name, scanner.value((*place, name))[0])
+                    continue
+                if scanner.peek((*place, name)) != "[":
+                    raise JsonError("Input should be a valid list", (*place, name))
+                for index in scanner.items((*place, name)):
+                    if name == "measurements":
+                        yield name, run, scanner.flat_text((*place, name, index))
+                    else:
+                        yield name, run, scanner.value((*place, name, index))[0]
+    scanner.end(("body",))
 
 
 def _error(loc: tuple, message: str, kind: str = "value_error") -> dict[str, Any]:
@@ -126,6 +107,11 @@ def _row_key(row: MeasurementRecord) -> tuple[int, int]:
     return row.candidate << 8 | code, row.m << 32 | row.n
 
 
+def validate_rows(texts: list[str]) -> list[MeasurementRecord]:
+    """One batch of rows from their JSON text (raises ValidationError located in the batch)."""
+    return ROWS.validate_json("[" + ",".join(texts) + "]")
+
+
 class _Check:
     """Pass 1: validation of everything, keeping what pass 2 needs."""
 
@@ -135,6 +121,7 @@ class _Check:
         self.runs: list[_Run] = []
         self._keys = (array("q"), array("q"))
         self._largest_candidate: tuple[int, int] = (-1, -1)  # (index, row)
+        self._batch: list[str] = []
 
     def add_error(self, errors: list[dict[str, Any]]) -> None:
         self.errors.extend(errors[:MAX_ERRORS - len(self.errors)])
@@ -148,11 +135,14 @@ class _Check:
             elif kind == "run":
                 if self.runs:
                     self._finish(len(self.runs) - 1)
+
                 self.runs.append(_Run())
             elif kind == "field":
                 self.runs[index].fields[value[0]] = value[1]
             elif kind == "measurements":
-                self._row(index, value)
+                self._batch.append(value)
+                if len(self._batch) >= BATCH_ROWS:
+                    self._rows(index)
             else:
                 getattr(self.runs[index], kind).append(value)
         if self.runs and len(self.errors) < MAX_ERRORS:
@@ -164,24 +154,35 @@ class _Check:
         if "runs" not in self.top and not self.runs and not any(e["loc"] == ("body", "runs") for e in self.errors):
             self.add_error([_error(("body", "runs"), "Field required", "missing")])
 
-    def _row(self, run: int, item: Any) -> None:
-        place = self.runs[run].rows
-        self.runs[run].rows += 1
+    def _rows(self, run: int) -> None:
+        """The batch of rows just read, validated (one at a time only where the batch fails)."""
+        texts, self._batch = self._batch, []
+        first = self.runs[run].rows
+        self.runs[run].rows += len(texts)
         try:
-            row = MeasurementRecord.model_validate_json(json.dumps(item))
-        except ValidationError as exc:
-            self.add_error(_located(exc, "runs", run, "measurements", place))
-            return
-        if row.candidate < 2**40:  # a larger index is refused below, and would not pack
+            rows: list[MeasurementRecord | None] = list(validate_rows(texts))
+        except ValidationError:
+            rows = []
+            for offset, text in enumerate(texts):
+                try:
+                    rows.append(MeasurementRecord.model_validate_json(text))
+                except ValidationError as exc:
+                    self.add_error(_located(exc, "runs", run, "measurements", first + offset))
+                    rows.append(None)
+        for offset, row in enumerate(rows):
+            if row is None or row.candidate >= 2**40:  # a larger index is refused below, and would not pack
+                continue
             high, low = _row_key(row)
             self._keys[0].append(high)
             self._keys[1].append(low)
-        if row.candidate > self._largest_candidate[0]:
-            self._largest_candidate = (row.candidate, place)
+            if row.candidate > self._largest_candidate[0]:
+                self._largest_candidate = (row.candidate, first + offset)
 
     def _finish(self, index: int) -> None:
         """A run's fields, candidates and copy references as one RunRecord (its own cross-row checks),
         then its rows' candidate indexes and duplicates."""
+        if self._batch:
+            self._rows(index)
         run = self.runs[index]
         document = {**run.fields, "candidates": run.candidates, "measurements": [], "copy_references": run.copy_references}
         try:
@@ -218,65 +219,42 @@ def check_file(handle: IO[bytes]) -> list[RunRecord]:
     check = _Check()
     try:
         check.run(handle)
-    except ijson.JSONError as exc:
-        handle.seek(0)
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "the document ends early"
-        check.add_error([_error(("body", *_json_error_place(handle)), f"Invalid JSON: {reason} "
-                                "(NaN and Infinity are not JSON numbers)", "json_invalid")])
-    except DocumentErrors as exc:
-        check.add_error(exc.errors)
+    except JsonError as exc:
+        check.add_error([_error(exc.place, exc.message, "json_invalid")])
     if check.errors:
         raise DocumentErrors(check.errors)
     return [run.record for run in check.runs]
 
 
-def _json_error_place(handle: IO[bytes]) -> list[Any]:
-    """Where the parser fails in the file: the keys and list indexes leading to the bad value (a
-    second read, on this error path only, that tracks the position the first read does not)."""
-    stack: list[list[Any]] = []  # [is a list, key or index] per open container
-    try:
-        for _prefix, event, value in ijson.parse(handle, use_float=True):
-            if stack and stack[-1][0] and event != "end_array":
-                stack[-1][1] += 1  # a new item of the list begins
-            if event == "map_key":
-                stack[-1][1] = value
-            elif event in ("start_map", "start_array"):
-                stack.append([event == "start_array", -1 if event == "start_array" else None])
-            elif event in ("end_map", "end_array"):
-                stack.pop()
-    except ijson.JSONError:
-        pass
-    if stack and stack[-1][0]:
-        stack[-1][1] += 1  # the item that failed to parse
-    return [position for _is_list, position in stack if position is not None]
-
-
 def write_file(session: Session, handle: IO[bytes], runs: list[RunRecord]) -> ImportSummary:
     """Pass 2, in the caller's transaction: the checked document's runs and rows."""
-    opened: list[tuple[int, list[int]]] = []
+    opened: list[tuple[int, list[int]]] = []  # (run id, candidate ids) per run, in order
     created = measurements = 0
     candidate_ids: set[int] = set()
-    batch: list[dict[str, Any]] = []
+    batch: list[str] = []
 
     def flush() -> None:
-        bulk.upsert_measurements(session, batch)
+        run_id, ids = opened[-1]
+        bulk.upsert_measurements(session, [{**row.__dict__, "run_id": run_id, "candidate_id": ids[row.candidate]}
+                                           for row in validate_rows(batch)])
         batch.clear()
 
     for kind, index, value in walk(handle):
         if kind == "run":
+            if batch:
+                flush()
             run, is_new, ids = open_run(session, runs[index])
             opened.append((run.id, ids))
             created += is_new
             candidate_ids.update(ids)
             bulk.upsert_copy_references(session, ({**copy.__dict__, "run_id": run.id} for copy in runs[index].copy_references))
         elif kind == "measurements":
-            row = MeasurementRecord.model_validate_json(json.dumps(value))
-            run_id, ids = opened[index]
-            batch.append({**row.__dict__, "run_id": run_id, "candidate_id": ids[row.candidate]})
+            batch.append(value)
             measurements += 1
             if len(batch) >= BATCH_ROWS:
                 flush()
-    flush()
+    if batch:
+        flush()
     session.flush()
     return ImportSummary(run_ids=[run_id for run_id, _ in opened], runs_created=created, runs_reused=len(opened) - created,
                          candidates=len(candidate_ids), measurements=measurements,

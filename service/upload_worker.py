@@ -14,8 +14,8 @@ Supervision (:class:`UploadWorker`, in the server):
   server), and a watcher thread also exits it once ``getppid()`` changes (other systems). Killed
   mid-upload, its transaction is never committed; and it re-checks that the server is alive just
   before committing;
-- a child found dead (before an upload, or by its pipe closing during one) is replaced, and an upload
-  it was writing is sent once more to the new child; a second death answers 503 with ``Retry-After``.
+- a child that dies is replaced at once (the event loop watches its sentinel), or when an upload
+  finds it dead; an upload it was writing (its pipe closed) is sent once more to the new child; a second death answers 503 with ``Retry-After``.
   ``/healthz`` reports the state, the restarts and how the last child ended;
 - a commit whose answer was lost (the server killed between the child's commit and the 201) is safe
   to retry: the same document reuses the same runs and rewrites their rows in place (same run ids,
@@ -27,6 +27,7 @@ name)`` out (the child logs the traceback itself).
 """
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import logging
 import multiprocessing
@@ -105,6 +106,7 @@ def import_file(engine: Any, path: str, parent_pid: int | None = None) -> tuple[
 def serve_uploads(database_url: str, connection: Any, parent_pid: int) -> None:
     """The child's main loop: one spool path in, one outcome out, until the server closes the pipe."""
     _die_with_parent(parent_pid)
+    import service.upload_stream  # noqa: F401 - imported before the first upload, not during it
     from db.engine import make_engine
 
     engine = make_engine(database_url, create=False)
@@ -134,6 +136,8 @@ class UploadWorker:
         self._process: Any = None
         self._connection: Any = None
         self._lock: anyio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
 
     @property
     def pid(self) -> int | None:
@@ -152,6 +156,7 @@ class UploadWorker:
         if self._process is not None and self._process.is_alive():
             return
         if self._process is not None:
+            self._unwatch()
             self._reap()
             self.restarts += 1
             log.warning("upload process replaced (the last one %s)", self.last_exit)
@@ -162,6 +167,18 @@ class UploadWorker:
         self._process.start()
         theirs.close()
         self._connection = ours
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._process.sentinel, self._exited)
+
+    def _unwatch(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._process.sentinel)
+
+    def _exited(self) -> None:
+        """The child ended: replace it now, unless an upload is on it (``run`` replaces it then)."""
+        self._unwatch()
+        if not self._closing and not self.busy:
+            self._ensure_running()
 
     def _reap(self) -> None:
         self._process.join(timeout=5)
@@ -189,8 +206,10 @@ class UploadWorker:
                 return "died", describe_exit(self._process.exitcode)
 
     def close(self) -> None:
+        self._closing = True
         if self._process is None:
             return
+        self._unwatch()
         self._connection.close()  # the child's recv sees EOF and returns
         self._process.join(timeout=10)
         if self._process.is_alive():
