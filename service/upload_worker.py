@@ -71,7 +71,7 @@ def _die_with_parent(parent_pid: int) -> None:
 def import_file(engine: Any, path: str, parent_pid: int | None = None) -> tuple[str, Any]:
     """Check and write the document at ``path`` (see the module docstring for the outcomes)."""
     from autotuner.records.exchange import ImportSummary
-    from db.integrity import storage_problem
+    from db.integrity import check_integrity, storage_problem
     from db.retry import in_transaction
     from service.upload_stream import DocumentErrors, check_file, write_file
 
@@ -80,6 +80,11 @@ def import_file(engine: Any, path: str, parent_pid: int | None = None) -> tuple[
             runs = check_file(handle)
     except DocumentErrors as exc:
         return "invalid", [{**error, "input": None} for error in exc.errors]
+    # SQLite writes into a damaged file without complaint where the damage lies elsewhere: look first
+    # (quick_check reads the whole file, about a second per GB; an upload is rare and large anyway).
+    problem = check_integrity(engine, write_probe=False)
+    if problem is not None:
+        return "storage", (problem.kind, problem.reason)
 
     def write(session: Any) -> ImportSummary:
         with open(path, "rb") as handle:
