@@ -54,7 +54,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     engine = make_engine(settings.database_url, create=True)
     condition = DatabaseCondition()
     refuse_damaged_database(engine, condition, uploads=settings.upload_token is not None)
-    reads = BoundedReads(condition)
+    in_memory = engine.url.get_backend_name() == "sqlite" and engine.url.database in (None, "", ":memory:")
+    reads = BoundedReads(condition, None if in_memory else settings.database_url)
     live = LiveTables(engine, settings.reload_interval_s, settings.shipped_tables)
     upload_worker = UploadWorker(settings.database_url)
 
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             upload_worker.close()
+            reads.close()
             engine.dispose()
 
     app = ServiceApp(title="Softmax autotuner", version="1", description=DESCRIPTION, lifespan=lifespan,

@@ -44,6 +44,7 @@ import anyio.to_thread
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
+BACKGROUND_NICENESS = 10
 PARENT_POLL_S = 0.25
 
 
@@ -51,7 +52,8 @@ class ServerGone(RuntimeError):
     """The server died during the upload: its answer can never be sent, so nothing is committed."""
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
+    """In a child of the server: end this process when the server ends (see the module docstring)."""
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -110,7 +112,8 @@ def import_file(engine: Any, path: str, parent_pid: int | None = None) -> tuple[
 
 def serve_uploads(database_url: str, connection: Any, parent_pid: int) -> None:
     """The child's main loop: one spool path in, one outcome out, until the server closes the pipe."""
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
+    os.nice(BACKGROUND_NICENESS)  # the serving process first (see service.reads)
     import service.upload_stream  # noqa: F401 - imported before the first upload, not during it
     from db.engine import make_engine
 

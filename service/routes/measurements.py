@@ -3,8 +3,8 @@
 The endpoint is open to anyone, so one request's cost is bounded and it cannot starve ``/dispatch``:
 keyset paging (``after`` = the previous page's ``next_after``; no count, no OFFSET scan; at most
 ``db.queries.SCAN_WINDOW`` ids scanned per request), the query and the JSON built in a worker thread
-through the app's :class:`~service.reads.BoundedReads` (a few at a time; waiting requests cost the
-event loop nothing), each item serialised once.
+in the app's read process (:class:`~service.reads.BoundedReads`: its own GIL; one request at a time,
+waiting requests cost the event loop nothing), each item serialised once.
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ async def measurements(
         "dtype": canonical_dtype(dtype) if dtype else None, "variant": variant, "status": status, "m": m, "n": n,
         "timing_method": timing_method, "run_id": run_id,
     }
-    body = await request.app.state.reads.run(page_json, request.app.state.sessions, filters, limit, after)
+    body = await request.app.state.reads.run_in_process(request.app.state.sessions, page_json, filters, limit, after)
     return Response(body, media_type="application/json")
 
 

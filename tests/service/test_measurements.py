@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.orm import Session
 
 from db import queries
+from db.engine import make_engine
 from tests.service.fixture_data import MS, NS, VARIANTS
 
 PER_GPU_AND_DTYPE = len(MS) * len(NS) * len(VARIANTS)
@@ -43,14 +45,12 @@ def test_the_last_page_says_so(client):
     assert beyond["items"] == [] and beyond["next_after"] is None
 
 
-def test_a_selective_filter_scans_a_bounded_window(client, monkeypatch):
+def test_a_selective_filter_scans_a_bounded_window(database_url, client):
     """With few matches, a page stops at the end of its id window and hands on a cursor (possibly with
     no items); following the cursors still finds every match."""
-    monkeypatch.setattr(queries, "SCAN_WINDOW", 50)
-    monkeypatch.setattr(queries.search_measurements, "__kwdefaults__",
-                        {**queries.search_measurements.__kwdefaults__, "scan_window": 50})
-    first = client.get("/measurements", params={"status": "wrong"}).json()
-    assert first["next_after"] == 50 and first["items"] == []  # the two 'wrong' rows lie further on
+    with Session(make_engine(database_url)) as session:
+        rows, following = queries.search_measurements(session, status="wrong", scan_window=50)
+    assert rows == [] and following == 50  # the two 'wrong' rows lie further on
     assert [item["error"] for item in every_item(client, status="wrong")] == ["row sums off by 0.5"] * 2
 
 
@@ -62,15 +62,12 @@ def test_filters_combine(client):
     assert every_item(client, gpu="b200") == [] and every_item(client, gpu=" ") == []
 
 
-def test_no_count_and_no_offset_in_the_sql(client):
+def test_no_count_and_no_offset_in_the_sql(database_url):
     statements: list[tuple[str, tuple]] = []
-    engine = client.app.state.engine
-    listener = lambda *args: statements.append((args[2], tuple(args[3])))  # noqa: E731 - (conn, cursor, statement, parameters, ...)
-    event.listen(engine, "before_cursor_execute", listener)
-    try:
-        client.get("/measurements", params={"after": 40, "limit": 10})
-    finally:
-        event.remove(engine, "before_cursor_execute", listener)
+    engine = make_engine(database_url)
+    event.listen(engine, "before_cursor_execute", lambda *args: statements.append((args[2], tuple(args[3]))))
+    with Session(engine) as session:
+        queries.search_measurements(session, after=40, limit=10)
     reads = [(s, p) for s, p in statements if "FROM measurements" in s]
     assert reads and not any("count(" in s.lower() for s, _ in reads)
     page, parameters = reads[0]
