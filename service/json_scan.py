@@ -105,15 +105,20 @@ class JsonScanner:
         return self.value(place)[1]
 
     def members(self, place: tuple[Any, ...]) -> Iterator[str]:
-        """An object's keys, each with its ':' consumed (the caller reads the value)."""
+        """An object's keys, each with its ':' consumed (the caller reads the value). A key given twice
+        is refused (a reader that keeps the last one would silently drop what the first one held)."""
         self.take("{", place, "an object")
         if self.peek(place) == "}":
             self.pos += 1
             return
+        seen: set[str] = set()
         while True:
             key, _raw = self.value(place)
             if not isinstance(key, str):
                 raise JsonError("Invalid JSON: an object's keys are strings", place)
+            if key in seen:
+                raise JsonError(f"Invalid JSON: key {key!r} appears twice", place)
+            seen.add(key)
             self.take(":", (*place, key), "':'")
             yield key
             if self.peek(place) == ",":

@@ -64,6 +64,13 @@ def test_problems_are_located_as_the_schema_locates_them(document, breakage, loc
     assert expected in [tuple(error["loc"]) for error in refused.value.errors]
 
 
+def test_a_key_given_twice_is_refused():
+    body = b'{"format_version": 1, "runs": [], "runs": []}'
+    with pytest.raises(DocumentErrors) as refused:
+        check_file(io.BytesIO(body))
+    assert refused.value.errors[0]["msg"] == "Invalid JSON: key 'runs' appears twice"
+
+
 def test_rows_are_checked_across_batches(document):
     run = document["runs"][0]
     run["measurements"] = (run["measurements"] * (BATCH_ROWS // len(run["measurements"]) + 2))
