@@ -32,6 +32,19 @@ def alive(pid: int) -> bool:
         return False
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc)."""
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as children:
+                for child in map(int, children.read().split()):
+                    found += [child, *descendants(child)]
+    except FileNotFoundError:
+        pass
+    return found
+
+
 class Server:
     def __init__(self, database: str, monkeypatch):
         monkeypatch.setenv("AUTOTUNER_UPLOAD_TOKEN", UPLOAD_TOKEN)
@@ -111,12 +124,15 @@ def test_killing_the_server_mid_upload_leaves_no_process_and_the_retry_stores_no
     try:
         assert server.request("POST", "/runs", upload_document(1, 10))[0] == 201
         threading.Thread(target=lambda: _ignore_errors(server.request, "POST", "/runs", body), daemon=True).start()
-        child = server.wait_for_state("busy")["pid"]
+        server.wait_for_state("busy")
+        server.request("GET", "/measurements")  # the read process too
+        children = descendants(server.process.pid)
+        assert len(children) >= 2
         os.kill(server.process.pid, signal.SIGKILL)
         server.process.wait(timeout=10)
         deadline = time.monotonic() + 5
-        while alive(child):
-            assert time.monotonic() < deadline, "the upload process outlived the server"
+        while any(alive(pid) for pid in children):
+            assert time.monotonic() < deadline, f"processes outlived the server: {[p for p in children if alive(p)]}"
             time.sleep(0.05)
     finally:
         server.stop()
