@@ -134,15 +134,15 @@ def upload_document(run_index: int, rows: int, candidates: int = 50) -> bytes:
 class Uploads:
     """``clients`` threads, each with one keep-alive connection, posting its documents in turn."""
 
-    def __init__(self, port: int, documents: list[list[bytes]]):
-        self.port, self.documents = port, documents
+    def __init__(self, port: int, documents: list[list[bytes]], timeout_s: float = 300):
+        self.port, self.documents, self.timeout_s = port, documents, timeout_s
         self.statuses: Counter = Counter()
         self.resets = 0
         self.acknowledged_rows = 0
         self.lock = threading.Lock()
 
     def _client(self, documents: list[bytes]) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout_s)
         headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
         for body in documents:
             try:
@@ -154,7 +154,7 @@ class Uploads:
                 with self.lock:
                     self.resets += 1
                 connection.close()
-                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout_s)
                 continue
             with self.lock:
                 self.statuses[status] += 1
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = int(args.big_upload_mb * 2**20 / 137)  # about 137 bytes of JSON a row
             documents = [[upload_document(6000 + i, rows)] for i in range(args.big_uploads)]
             sizes = [len(docs[0]) / 2**20 for docs in documents]
-            uploads = Uploads(port, documents)
+            uploads = Uploads(port, documents, timeout_s=7200)  # they queue for the one upload process
             seconds = uploads.run()
             child = upload_process_pid(port)
             del documents

@@ -14,6 +14,7 @@ Supervision (:class:`UploadWorker`, in the server):
   server), and a watcher thread also exits it once ``getppid()`` changes (other systems). Killed
   mid-upload, its transaction is never committed; and it re-checks that the server is alive just
   before committing;
+- a cancelled upload (the server shutting down) kills the child, which never commits it;
 - a child that dies is replaced at once (the event loop watches its sentinel), or when an upload
   finds it dead; an upload it was writing (its pipe closed) is sent once more to the new child; a second death answers 503 with ``Retry-After``.
   ``/healthz`` reports the state, the restarts and how the last child ended;
@@ -195,23 +196,28 @@ class UploadWorker:
 
     async def run(self, path: str) -> tuple[str, Any]:
         """The outcome of importing the spooled document at ``path``; ``("died", how)`` when the
-        upload process died on it twice. Not cancellable halfway: the pipe must stay in step."""
+        upload process died on it twice. Cancelled halfway (the server shutting down), it kills the
+        upload process, whose transaction then never commits, and a new one serves the next upload."""
         if self._lock is None:
             self._lock = anyio.Lock()
         async with self._lock:
-            with anyio.CancelScope(shield=True):
-                for _attempt in range(2):
-                    self._ensure_running()
-                    self.busy = True
-                    try:
-                        self._connection.send(path)
-                        return await anyio.to_thread.run_sync(self._connection.recv)
-                    except (EOFError, OSError):  # the child died: the pipe closed under us
-                        self._process.join(timeout=5)
-                        log.error("upload process %s during an upload", describe_exit(self._process.exitcode))
-                    finally:
-                        self.busy = False
-                return "died", describe_exit(self._process.exitcode)
+            for _attempt in range(2):
+                if self._closing:
+                    break
+                self._ensure_running()
+                self.busy = True
+                try:
+                    self._connection.send(path)
+                    return await anyio.to_thread.run_sync(self._connection.recv, abandon_on_cancel=True)
+                except (EOFError, OSError):  # the child died: the pipe closed under us
+                    self._process.join(timeout=5)
+                    log.error("upload process %s during an upload", describe_exit(self._process.exitcode))
+                except anyio.get_cancelled_exc_class():
+                    self._process.kill()  # its answer would arrive for nobody, out of step with the pipe
+                    raise
+                finally:
+                    self.busy = False
+            return "died", describe_exit(self._process.exitcode if self._process is not None else None)
 
     def close(self) -> None:
         self._closing = True

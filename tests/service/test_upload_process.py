@@ -149,6 +149,25 @@ def test_killing_the_server_mid_upload_leaves_no_process_and_the_retry_stores_no
         again.stop()
 
 
+def test_sigterm_mid_upload_stops_the_server_promptly_and_commits_nothing(database, monkeypatch):
+    server = Server(database, monkeypatch)
+    try:
+        assert server.request("POST", "/runs", upload_document(1, 10))[0] == 201
+        threading.Thread(target=lambda: _ignore_errors(server.request, "POST", "/runs", upload_document(8, 200_000)),
+                         daemon=True).start()
+        children = descendants(server.process.pid)
+        server.wait_for_state("busy")
+        server.process.terminate()
+        server.process.wait(timeout=40)  # uvicorn's graceful shutdown gives running requests 10 s
+        deadline = time.monotonic() + 5
+        while any(alive(pid) for pid in children):
+            assert time.monotonic() < deadline, "processes outlived the server"
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    assert stored_rows(database) == 10
+
+
 def _ignore_errors(function, *args) -> None:  # noqa: ANN001 - the server dies under this request
     try:
         function(*args)
