@@ -45,7 +45,9 @@ async def measurements(
     run_id: Annotated[Optional[int], Query(ge=1, le=MAX_ID)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"page size, 1..{MAX_PAGE}")] = 100,
     after: Annotated[int, Query(ge=0, le=MAX_ID, description="start after this id: the previous page's next_after")] = 0,
-    offset: Annotated[Optional[int], Query(ge=0, le=2**31 - 1, deprecated=True, description="replaced by after; only 0 is accepted")] = None,
+    # Validated up to 2**31 - 1 so that a larger offset gets the message naming `after`; documented as 0 only.
+    offset: Annotated[Optional[int], Query(ge=0, le=2**31 - 1, deprecated=True, json_schema_extra={"maximum": 0},
+                                           description="replaced by after; only 0 is accepted")] = None,
 ) -> Response:
     if offset:
         raise invalid("query", "offset", OFFSET_REPLACED, offset)
