@@ -217,7 +217,10 @@ class UploadWorker:
                     raise
                 finally:
                     self.busy = False
-            return "died", describe_exit(self._process.exitcode if self._process is not None else None)
+            how = describe_exit(self._process.exitcode if self._process is not None else None)
+            if not self._closing:
+                self._ensure_running()  # a fresh one for the next upload
+            return "died", how
 
     def close(self) -> None:
         self._closing = True

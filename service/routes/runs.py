@@ -83,7 +83,7 @@ async def upload_runs(request: Request, _authorised: UploadAuthDep, settings: Se
         raise ApiError(problem.status, f"upload not stored: {problem.reason}")
     if outcome == "died":
         raise ApiError(503, f"the upload process died while importing this document ({value}); nothing of it was "
-                       "stored; it has been replaced: retry", headers={"Retry-After": str(RETRY_AFTER_S)})
+                       "stored; a new upload process is starting: retry", headers={"Retry-After": str(RETRY_AFTER_S)})
     raise UploadFailed(value)
 
 
