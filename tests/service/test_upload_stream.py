@@ -4,24 +4,31 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from autotuner.records.exchange import export_runs, import_runs
+from autotuner.records.exchange import export_runs, import_runs, parse_document
+from autotuner.records.plausibility import RefusedUpload, check_document
 from db.engine import make_engine, transaction
 from db.models import Measurement
 from service.json_scan import JsonScanner
+from service import upload_stream
 from service.upload_stream import BATCH_ROWS, DocumentErrors, check_file, write_file
 
 
 @pytest.fixture
 def document(database_url) -> dict:
+    """Two runs: the fixture's H100 run, and its A100 run (H100 timings: implausible on an A100) as a
+    second H100 run from another host."""
     engine = make_engine(database_url)
     with Session(engine) as session:
         exported = export_runs(session)
     engine.dispose()
+    first, second = exported["runs"]
+    second.update(gpu=dict(first["gpu"]), host="gpu-host-2")
     return exported
 
 
@@ -85,3 +92,35 @@ def test_the_scanner_reads_values_cut_by_its_window():
     found = {key: scanner.value(("body", key))[0] for key in scanner.members(("body",))}
     assert found == json.loads(text)
     scanner.end(("body",))
+
+
+def per_rule(refused: RefusedUpload) -> dict[str, str]:
+    """Each rule's count as the message gives it (the rows named first may differ in order)."""
+    return dict(re.findall(r"rule (\S+), (\d+) place", str(refused)))
+
+
+@pytest.mark.parametrize("gpu_last", [False, True], ids=["gpu-before-rows", "gpu-after-rows"])
+def test_implausible_rows_are_refused_as_import_runs_refuses_them(document, monkeypatch, gpu_last):
+    monkeypatch.setattr(upload_stream, "BATCH_ROWS", 7)  # many batches, per-rule counts kept across them
+    run = document["runs"][1]
+    for row in run["measurements"][3:40]:
+        if row["status"] == "ok":
+            row.update(gbps=1e12)
+    run["measurements"][50].update(p20_us=1e-300)
+    run["copy_references"][2].update(median_us=1e-3, p20_us=1e-3, p80_us=1e-3)
+    run["gpu"]["sm_count"] = 200
+    if gpu_last:  # the rows are read before the run's GPU and timing: read once more for them
+        document["runs"] = [dict(reversed(list(r.items()))) for r in document["runs"]]
+    with pytest.raises(RefusedUpload) as whole:
+        check_document(parse_document(json.dumps(document)))
+    with pytest.raises(RefusedUpload) as streamed:
+        check_file(io.BytesIO(json.dumps(document).encode()))
+    assert per_rule(streamed.value) == per_rule(whole.value) == {"gbps": "23", "time-floor": "2", "gpu-properties": "1"}
+    assert {p.where for p in streamed.value.problems} <= {p.where for p in whole.value.problems}
+    assert "rule gbps" in str(streamed.value) and "runs[1].measurements[50]" in str(streamed.value)
+
+
+def test_a_run_outside_the_token_scope_is_refused_with_403(document):
+    with pytest.raises(RefusedUpload) as refused:
+        check_file(io.BytesIO(json.dumps(document).encode()), allowed_gpus=frozenset({"h200"}))
+    assert refused.value.status == 403 and "rule gpu-scope, 2 place(s)" in str(refused.value)
