@@ -153,7 +153,7 @@ def test_sigterm_mid_upload_stops_the_server_promptly_and_commits_nothing(databa
     server = Server(database, monkeypatch)
     try:
         assert server.request("POST", "/runs", upload_document(1, 10))[0] == 201
-        threading.Thread(target=lambda: _ignore_errors(server.request, "POST", "/runs", upload_document(8, 200_000)),
+        threading.Thread(target=lambda: _ignore_errors(server.request, "POST", "/runs", upload_document(8, 800_000)),
                          daemon=True).start()
         children = descendants(server.process.pid)
         server.wait_for_state("busy")
