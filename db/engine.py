@@ -88,7 +88,9 @@ def make_engine(url: str | None = None, *, create: bool = True, check: bool = Tr
     parsed = make_url(resolved)
     is_sqlite = parsed.get_backend_name() == "sqlite"
     if is_sqlite and parsed.database and parsed.database != ":memory:":
-        path = Path(parsed.database)
+        # ``sqlite:///file:/path?mode=ro&uri=true``: SQLite's URI form names the same file
+        uri = parsed.query.get("uri") == "true" and parsed.database.startswith("file:")
+        path = Path(parsed.database.removeprefix("file:") if uri else parsed.database)
         if not create and check and not path.exists():
             raise MissingDatabaseError(f"no database at {path}; check --db or ${ENV_VAR} "
                                        f"(a command that only reads creates none)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import Row, and_, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -293,6 +293,11 @@ def copy_references_of_run(session: Session, run_id: int) -> list[CopyReference]
     return list(session.scalars(statement))
 
 
+# Keyset paging scans at most this many ids past the cursor per request, so a filter that matches few
+# rows costs a bounded range scan of the primary key rather than the whole table.
+SCAN_WINDOW = 50_000
+
+
 def search_measurements(
     session: Session,
     *,
@@ -305,25 +310,37 @@ def search_measurements(
     timing_method: str | None = None,
     run_id: int | None = None,
     limit: int = 100,
-    offset: int = 0,
-) -> tuple[int, list[tuple[Measurement, CandidateRow, SweepRun, GpuModel]]]:
-    """One page of measurements matching every given filter, in id order, and the total that match."""
+    after: int = 0,
+    scan_window: int = SCAN_WINDOW,
+) -> tuple[list[Row], int | None]:
+    """Up to ``limit`` measurement rows (every measurement column, plus the candidate's ``variant``,
+    ``config_key``, ``config``, ``source_hash``, the run's ``timing_method`` and the GPU's ``gpu``) matching every given filter with ``after`` < id ≤ ``after`` +
+    ``scan_window``, in id order, and the cursor of the next page (None when nothing is left).
+
+    Keyset paging: no count and no OFFSET, so a request costs one primary-key range scan of at most
+    ``scan_window`` ids whatever the page number. The next cursor is the last id returned when more
+    rows match in the window, else the end of the window scanned (a page may then be short, even empty, with more
+    to come), and None once the window reached the newest id."""
     filters = [(GpuModel.key, gpu_key), (Measurement.dtype, dtype), (CandidateRow.variant, variant),
                (Measurement.status, status), (Measurement.m, m), (Measurement.n, n),
                (SweepRun.timing_method, timing_method), (Measurement.run_id, run_id)]
     conditions = [column == value for column, value in filters if value is not None]
-
-    def joined(statement):  # noqa: ANN001, ANN202 - a Select of either shape
-        return (
-            statement.join(CandidateRow, Measurement.candidate_id == CandidateRow.id)
-            .join(SweepRun, Measurement.run_id == SweepRun.id)
-            .join(GpuModel, SweepRun.gpu_model_id == GpuModel.id)
-            .where(*conditions)
-        )
-
-    total = session.scalar(joined(select(func.count()).select_from(Measurement))) or 0
-    page = joined(select(Measurement, CandidateRow, SweepRun, GpuModel)).order_by(Measurement.id).limit(limit).offset(offset)
-    return total, [tuple(row) for row in session.execute(page)]
+    window_end = after + scan_window
+    page = (
+        select(*Measurement.__table__.columns, CandidateRow.variant, CandidateRow.config_key, CandidateRow.config,
+               CandidateRow.source_hash, SweepRun.timing_method, GpuModel.key.label("gpu"))
+        .select_from(Measurement)
+        .join(CandidateRow, Measurement.candidate_id == CandidateRow.id)
+        .join(SweepRun, Measurement.run_id == SweepRun.id)
+        .join(GpuModel, SweepRun.gpu_model_id == GpuModel.id)
+        .where(Measurement.id > after, Measurement.id <= window_end, *conditions)
+        .order_by(Measurement.id).limit(limit + 1)  # one more row says whether a next page exists
+    )
+    rows = list(session.execute(page))
+    if len(rows) > limit:
+        return rows[:limit], rows[limit - 1].id
+    newest = session.scalar(select(func.max(Measurement.id)))
+    return rows, window_end if newest is not None and newest > window_end else None
 
 
 def current_tables_stamp(session: Session) -> tuple[int | None, int]:

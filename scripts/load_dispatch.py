@@ -132,7 +132,8 @@ def start_server(database_url: str, workers: int, gpu: str) -> tuple[subprocess.
         port = probe.getsockname()[1]
     env = {**os.environ, "AUTOTUNER_DATABASE_URL": database_url, "AUTOTUNER_DEFAULT_GPU": gpu}
     command = [sys.executable, "-m", "uvicorn", "service.app:create_app", "--factory", "--host", "127.0.0.1",
-               "--port", str(port), "--workers", str(workers), "--no-access-log", "--log-level", "warning"]
+               "--port", str(port), "--workers", str(workers), "--no-access-log", "--log-level", "warning",
+               "--timeout-graceful-shutdown", "10"]
     process = subprocess.Popen(command, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

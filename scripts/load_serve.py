@@ -15,6 +15,11 @@ without it):
    wrk loads ``/dispatch``: status counts, connection resets, and stored rows against acknowledged ones.
 4. One upload of ``--big-rows`` rows while wrk loads ``/dispatch`` with repeated shapes: rows/s of the
    upload and ``/dispatch`` p99 / max during it.
+5. ``/dispatch`` with a new shape every request while ``--measurement-readers`` connections page through
+   ``/measurements`` (a random ``after`` cursor each request) and ``--page-readers`` fetch the page ``/``
+   (gzip accepted, as a browser does), each load its own wrk: ``/dispatch`` figures, and the readers'.
+6. ``--big-uploads`` concurrent uploads of ``--big-upload-mb`` MB each: their statuses, and the peak
+   resident memory (VmHWM) of the server and of its upload process (Linux).
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -58,16 +64,27 @@ request = function() i = i %% #paths + 1; return wrk.format("GET", paths[i]) end
 """
 
 
+MEASUREMENTS_LUA = """
+math.randomseed(%d)
+request = function()
+  return wrk.format("GET", "/measurements?limit=100&after=" .. math.random(0, %d))
+end
+"""
+PAGE_LUA = """
+wrk.headers["Accept-Encoding"] = "gzip"
+"""
+
+
 def load_average() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def wrk(port: int, lua: str, seconds: float, connections: int, threads: int = 2) -> dict:
+def wrk(port: int, lua: str, seconds: float, connections: int, threads: int = 2, path: str = "") -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(lua)
     try:
-        done = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{int(seconds)}s", "--latency",
-                               "--timeout", "10s", "-s", script.name, f"http://127.0.0.1:{port}"],
+        done = subprocess.run(["wrk", f"-t{min(threads, connections)}", f"-c{connections}", f"-d{int(seconds)}s",
+                               "--latency", "--timeout", "10s", "-s", script.name, f"http://127.0.0.1:{port}{path}"],
                               capture_output=True, text=True, timeout=seconds + 60, check=True)
     finally:
         os.unlink(script.name)
@@ -117,15 +134,15 @@ def upload_document(run_index: int, rows: int, candidates: int = 50) -> bytes:
 class Uploads:
     """``clients`` threads, each with one keep-alive connection, posting its documents in turn."""
 
-    def __init__(self, port: int, documents: list[list[bytes]]):
-        self.port, self.documents = port, documents
+    def __init__(self, port: int, documents: list[list[bytes]], timeout_s: float = 300):
+        self.port, self.documents, self.timeout_s = port, documents, timeout_s
         self.statuses: Counter = Counter()
         self.resets = 0
         self.acknowledged_rows = 0
         self.lock = threading.Lock()
 
     def _client(self, documents: list[bytes]) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout_s)
         headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
         for body in documents:
             try:
@@ -137,7 +154,7 @@ class Uploads:
                 with self.lock:
                     self.resets += 1
                 connection.close()
-                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout_s)
                 continue
             with self.lock:
                 self.statuses[status] += 1
@@ -166,6 +183,44 @@ def with_background_wrk(port: int, lua: str, seconds: float, connections: int, w
     return result, figures
 
 
+def peak_memory_mb(pid: int | None) -> float | None:
+    """The process's peak resident set (VmHWM) in MiB; None where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            fields = dict(line.split(":", 1) for line in status)
+        return round(int(fields["VmHWM"].split()[0]) / 1024, 1)
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
+def upload_process_pid(port: int) -> int | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as answer:
+        return json.loads(answer.read())["upload_process"]["pid"]
+
+
+def during_reads(port: int, seconds: float, connections: int, measurement_readers: int, page_readers: int,
+                 newest_id: int) -> dict:
+    """/dispatch (new shapes) while wrk loads /measurements and / in two more processes."""
+    figures: dict = {}
+    started = time.perf_counter()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/", headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(request, timeout=120) as answer:  # rendered once per table generation: not
+        answer.read()  # part of the steady state measured here (its cost is printed apart)
+    figures["first_page_render_s"] = round(time.perf_counter() - started, 2)
+    loads = [("measurements", MEASUREMENTS_LUA % (5, max(newest_id, 1)), measurement_readers, ""),
+             ("page", PAGE_LUA, page_readers, "/")]
+    threads = [threading.Thread(target=lambda name=name, lua=lua, count=count, path=path: figures.update(
+                   {name: wrk(port, lua, seconds, count, threads=2, path=path)}))
+               for name, lua, count, path in loads if count]
+    for thread in threads:
+        thread.start()
+    time.sleep(2.0)  # the readers at full pace (and the page rendered) before /dispatch is measured
+    figures["dispatch"] = wrk(port, NEW_SHAPE_LUA % 5, seconds - 4, connections)
+    for thread in threads:
+        thread.join()
+    return figures
+
+
 def stored_measurements(database: Path) -> int:
     with sqlite3.connect(database) as connection:
         return connection.execute("SELECT count(*) FROM measurements").fetchone()[0]
@@ -187,7 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--uploads-each", type=int, default=5)
     parser.add_argument("--upload-rows", type=int, default=200)
     parser.add_argument("--big-rows", type=int, default=100_000)
-    parser.add_argument("--skip", default="", help="comma list of phases (1-4) to leave out")
+    parser.add_argument("--measurement-readers", type=int, default=16)
+    parser.add_argument("--page-readers", type=int, default=4)
+    parser.add_argument("--big-uploads", type=int, default=4)
+    parser.add_argument("--big-upload-mb", type=float, default=250)
+    parser.add_argument("--skip", default="", help="comma list of phases (1-6) to leave out")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install -y wrk")
@@ -226,6 +285,25 @@ def main(argv: list[str] | None = None) -> int:
                  f"/dispatch load", {
                      "statuses": dict(uploads.statuses), "rows_per_s": round(uploads.acknowledged_rows / seconds),
                      "upload_seconds": round(seconds, 2), "dispatch_during": figures})
+        if 5 not in skip:
+            if stored_measurements(database) < 20_000:
+                Uploads(port, [[upload_document(5000, 20_000)]]).run()
+            show(f"5. /dispatch, new shape every request, {args.connections} connections, {args.seconds:.0f} s, while "
+                 f"{args.measurement_readers} connections read /measurements and {args.page_readers} read /",
+                 during_reads(port, args.seconds, args.connections, args.measurement_readers, args.page_readers,
+                              stored_measurements(database)))
+        if 6 not in skip:
+            rows = int(args.big_upload_mb * 2**20 / 137)  # about 137 bytes of JSON a row
+            documents = [[upload_document(6000 + i, rows)] for i in range(args.big_uploads)]
+            sizes = [len(docs[0]) / 2**20 for docs in documents]
+            uploads = Uploads(port, documents, timeout_s=7200)  # they queue for the one upload process
+            seconds = uploads.run()
+            child = upload_process_pid(port)
+            del documents
+            show(f"6. {args.big_uploads} concurrent uploads of {min(sizes):.0f}-{max(sizes):.0f} MiB", {
+                "statuses": dict(uploads.statuses), "rows_acknowledged": uploads.acknowledged_rows,
+                "seconds": round(seconds, 1), "server_peak_rss_mib": peak_memory_mb(process.pid),
+                "upload_process_peak_rss_mib": peak_memory_mb(child)})
     finally:
         process.terminate()
         process.wait(timeout=30)

@@ -2,8 +2,22 @@
 
 ``create_app(settings)`` builds the app; ``service.main.run(host, port, settings)`` serves it under
 uvicorn (what ``autotuner serve`` calls). Endpoints and configuration: docs/SERVICE.md.
-"""
-from service.app import create_app
-from service.config import Settings
 
-__all__ = ["Settings", "create_app"]
+The names below are imported on first use (PEP 562): the upload process imports
+``service.upload_worker`` and must not pay for FastAPI and the app's routes at every start.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {"create_app": "service.app", "Settings": "service.config"}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'service' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

@@ -3,7 +3,8 @@
 The app owns one engine, one session factory and one :class:`~service.tables.LiveTables`, all on
 ``app.state``; the lifespan loads the tables before the first request and disposes the engine at
 shutdown. A new database path gets the schema (a fresh server can take uploads); a file that is not
-a tuning database is refused at start-up with ``db.DatabaseError``.
+a tuning database, or one that is damaged (``db.integrity.check_integrity``: SQLite ``quick_check``), or
+read-only while uploads are enabled, is refused at start-up with ``db.DatabaseError``.
 """
 from __future__ import annotations
 
@@ -15,13 +16,17 @@ from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from sqlalchemy import Engine
 
 from autotuner.records.exchange import ExchangeDocument
-from db.engine import make_engine, session_factory
+from db.engine import DatabaseError, make_engine, session_factory
+from db.integrity import check_integrity
 from service.config import Settings
 from service.errors import install_error_handlers, internal_error_body
 from service.fast_dispatch import FastDispatch
+from service.integrity import DatabaseCondition
 from service.middleware import ServiceMiddleware
+from service.reads import BoundedReads
 from service.routes import dispatch, docs, health, kernels, measurements, page, runs, tables
 from service.tables import LiveTables
 from service.upload_worker import UploadWorker
@@ -47,11 +52,16 @@ class ServiceApp(FastAPI):
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     engine = make_engine(settings.database_url, create=True)
+    condition = DatabaseCondition()
+    refuse_damaged_database(engine, condition, uploads=settings.upload_token is not None)
+    in_memory = engine.url.get_backend_name() == "sqlite" and engine.url.database in (None, "", ":memory:")
+    reads = BoundedReads(condition, None if in_memory else settings.database_url)
     live = LiveTables(engine, settings.reload_interval_s, settings.shipped_tables)
     upload_worker = UploadWorker(settings.database_url)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        reads.start()
         live.refresh(force=True)
         # Everything made at start-up (modules, routes, schemas, the tables) lives as long as the
         # process: out of the collector's scans, a full pass covers only what requests leave behind.
@@ -63,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             upload_worker.close()
+            reads.close()
             engine.dispose()
 
     app = ServiceApp(title="Softmax autotuner", version="1", description=DESCRIPTION, lifespan=lifespan,
@@ -72,6 +83,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.sessions = session_factory(engine)
     app.state.tables = live
+    app.state.condition = condition
+    app.state.reads = reads
+    app.state.pages = page.PageCache(reads)
     app.state.upload_worker = upload_worker
     install_error_handlers(app)
     app.add_middleware(ServiceMiddleware, internal_error=internal_error_body)
@@ -80,6 +94,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     docs.mount_assets(app)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def refuse_damaged_database(engine: Engine, condition: DatabaseCondition, *, uploads: bool) -> None:
+    """Start-up check: a damaged database is refused, and so is a read-only one where uploads are
+    enabled (a server without an upload token may serve from a read-only copy)."""
+    problem = check_integrity(engine, write_probe=uploads)
+    condition.record_check(problem)
+    if problem is not None:
+        engine.dispose()
+        where = engine.url.render_as_string(hide_password=True)
+        raise DatabaseError(f"refusing to serve {where}: {problem.reason}")
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -88,10 +88,14 @@ class FastDispatch:
 
     def _answer(self, query_string: bytes) -> bytes | None:
         """The 200 body for this query, or None where the route must answer (see the contract)."""
-        try:
-            pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
-        except ValueError:
-            return None
+        text = query_string.decode("latin-1")
+        if "%" in text or "+" in text or ";" in text:  # escapes: leave them to the standard parser
+            try:
+                pairs = parse_qsl(text, keep_blank_values=True)
+            except ValueError:
+                return None
+        else:  # what runtimes send (m=4096&n=32000&dtype=bf16&gpu=h100): a third of parse_qsl's time
+            pairs = [tuple(item.split("=", 1)) if "=" in item else (item, "") for item in text.split("&") if item]
         params = dict(pairs)
         if len(params) != len(pairs) or any(value == "" for value in params.values()):
             return None  # repeated or blank parameters: leave their reading to FastAPI

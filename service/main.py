@@ -11,6 +11,10 @@ from service.config import Settings
 
 log = logging.getLogger(__name__)
 
+# On SIGTERM, requests still running after this long are cancelled: an upload being written is then
+# abandoned uncommitted (service/upload_worker.py) rather than holding the shutdown for minutes.
+GRACEFUL_SHUTDOWN_S = 10
+
 
 def run(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None = None, *,
         workers: int = 1, log_level: str = "info") -> None:
@@ -18,11 +22,12 @@ def run(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None = N
     they cannot share a ``Settings`` object, so it is handed to them as ``AUTOTUNER_*`` variables."""
     settings = settings or Settings()
     if workers <= 1:
-        uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, access_log=False)
+        uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, access_log=False,
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
         return
     os.environ.update(settings_environment(settings))
     uvicorn.run("service.app:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level=log_level, access_log=False)
+                log_level=log_level, access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
 
 
 def settings_environment(settings: Settings) -> dict[str, str]:

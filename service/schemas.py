@@ -156,12 +156,12 @@ class MeasurementOut(BaseModel):
 
 
 class MeasurementPage(BaseModel):
-    total: int = Field(description="rows matching the filters, over all pages")
     limit: int
-    offset: int
+    after: int = Field(description="the cursor this page starts after (0: the first row)")
     items: list[MeasurementOut]
-    next_offset: Optional[int] = Field(default=None, description="offset of the next page; null on the last page. "
-                                       "May be less than offset + limit: a page stops at about 1 MiB of items")
+    next_after: Optional[int] = Field(default=None, description="send as `after` for the next page; null on the last "
+                                      "page. A page may hold fewer than `limit` items, even none, and still have a "
+                                      "next page: it stops at about 1 MiB of items or after scanning a window of ids")
 
 
 class DatabaseHealth(BaseModel):
@@ -169,6 +169,19 @@ class DatabaseHealth(BaseModel):
     backend: str = Field(description="the database's kind: sqlite or postgresql")
     url: Optional[str] = Field(default=None, description="the database URL, password hidden; only with the upload token")
     error: Optional[str] = None
+    problem: Optional[str] = Field(default=None, description="damage found (kept until a deep check passes), or what "
+                                   "this request's deep check found: damaged, read-only, full disk")
+    checked_at: Optional[UtcDatetime] = Field(default=None, description="when the last integrity check ran "
+                                              "(start-up or ?deep=1)")
+
+
+class UploadProcessHealth(BaseModel):
+    state: Literal["not started", "idle", "busy", "dead"] = Field(
+        description="the upload process: started on the first upload, replaced when found dead")
+    pid: Optional[int] = None
+    restarts: int = Field(description="upload processes replaced after dying, since start")
+    pending: int = Field(description="uploads received and waiting for, or in, the upload process")
+    last_exit: Optional[str] = Field(default=None, description="how the last replaced process ended")
 
 
 class TablesHealth(BaseModel):
@@ -187,7 +200,10 @@ class FastPathHealth(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok", "degraded"] = Field(description="'degraded': the database cannot be reached")
+    status: Literal["ok", "degraded", "failing"] = Field(
+        description="'degraded': the database cannot be reached (/dispatch answers from the tables loaded); "
+                    "'failing' (answered 503): the database is damaged, or a deep check found it unusable")
     database: DatabaseHealth
     tables: TablesHealth
     dispatch_fast_path: FastPathHealth
+    upload_process: UploadProcessHealth

@@ -1,83 +1,243 @@
-"""``POST /runs`` parsed and written in a separate process, so a large upload does not stall ``/dispatch``.
+"""``POST /runs`` checked and written in a supervised child process, so a large upload does not stall
+``/dispatch`` and a crash of either process leaves nothing behind.
 
-Why a process: validating a large document is one pydantic call that holds the GIL for its whole
-length (about 0.5 s for 100k rows), and building the rows is Python work that takes the GIL from the
-event loop every switch interval; in a thread of the serving process both show up directly in
-``/dispatch`` latency. One worker process per app serves uploads one at a time (SQLite has one
-writer anyway); it is started on the first upload and stopped at shutdown.
+Why a process: validating a large document holds the GIL, and building rows takes it from the event
+loop every switch interval; in a thread of the serving process both show up in ``/dispatch`` latency.
+One upload process per app serves uploads one at a time (SQLite has one writer anyway), reading each
+body from the file the route spooled it to (``service/upload_stream.py``: two incremental passes,
+bounded memory).
 
-What crosses the process boundary is plain data: the body and the GPU models its uploader may send
-in, and ``("ok", summary fields)``, ``("invalid", pydantic's error list)``, ``("refused", (status,
-message, problems))`` (``autotuner/records/plausibility.py``) or ``("error", exception type name)`` out (database exceptions
-do not all survive pickling; the worker logs the traceback itself).
+Supervision (:class:`UploadWorker`, in the server):
+
+- the child dies with the server: it asks Linux for SIGKILL when its parent goes
+  (``PR_SET_PDEATHSIG``; it is started from the event loop's thread, which lives as long as the
+  server), and a watcher thread also exits it once ``getppid()`` changes (other systems). Killed
+  mid-upload, its transaction is never committed; and it re-checks that the server is alive just
+  before committing;
+- a cancelled upload (the server shutting down) kills the child, which never commits it;
+- a child that dies is replaced at once (the event loop watches its sentinel), or when an upload
+  finds it dead; an upload it was writing (its pipe closed) is sent once more to the new child; a second death answers 503 with ``Retry-After``.
+  ``/healthz`` reports the state, the restarts and how the last child ended;
+- a commit whose answer was lost (the server killed between the child's commit and the 201) is safe
+  to retry: the same document reuses the same runs and rewrites their rows in place (same run ids,
+  ``runs_reused`` counts them, no row stored twice).
+
+Across the pipe go plain values: a spool file's path and the GPU models its uploader may send in, and
+``("ok", summary)``, ``("invalid", errors)``, ``("refused", (status, message, problems))`` (implausible
+rows or a GPU outside the token's scope: ``autotuner/records/plausibility.py``; nothing written),
+``("storage", (kind, reason))`` (damaged, read-only or full database) or ``("error", type name)`` out
+(the child logs the traceback itself).
 """
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
+import os
+import signal
+import sys
+import threading
+import time
 from typing import Any
+
+import anyio
+import anyio.to_thread
 
 log = logging.getLogger(__name__)
 
-_engines: dict[str, Any] = {}  # in the worker: one engine per database URL
+PR_SET_PDEATHSIG = 1
+BACKGROUND_NICENESS = 10
+PARENT_POLL_S = 0.25
 
 
-def write_document(engine: Any, document: Any, allowed_gpus: frozenset[str] | None = None) -> Any:
-    """One transaction for the whole document, retried as a whole on a lock or serialization
-    conflict; on SQLite it takes the write lock at its start (``BEGIN IMMEDIATE``), so concurrent
-    uploads wait for it (``busy_timeout``) instead of failing when a read cannot be upgraded."""
-    from autotuner.records.exchange import import_runs
-    from db.retry import in_transaction
-
-    writer = engine.execution_options(sqlite_begin="IMMEDIATE")
-    return in_transaction(writer, lambda session: import_runs(session, document, allowed_gpus=allowed_gpus),
-                          what="upload of runs")
+class ServerGone(RuntimeError):
+    """The server died during the upload: its answer can never be sent, so nothing is committed."""
 
 
-def import_document(database_url: str, body: bytes, allowed_gpus: frozenset[str] | None = None) -> tuple[str, Any]:
-    """Runs in the worker: parse, validate, write in one retried transaction (see ``routes.runs``)."""
-    from pydantic import ValidationError
+def die_with_parent(parent_pid: int) -> None:
+    """In a child of the server: end this process when the server ends (see the module docstring)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watcher below still ends the process
+    if os.getppid() != parent_pid:  # the parent died before the request above took effect
+        os._exit(0)
 
-    from autotuner.records.exchange import parse_document
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def import_file(engine: Any, path: str, allowed_gpus: frozenset[str] | None = None,
+                parent_pid: int | None = None) -> tuple[str, Any]:
+    """Check and write the document at ``path`` (see the module docstring for the outcomes);
+    ``allowed_gpus`` (None: any known model) are the GPU models its uploader may send."""
+    from autotuner.records.exchange import ImportSummary
     from autotuner.records.plausibility import RefusedUpload
-    from db.engine import make_engine
+    from db.integrity import check_integrity, storage_problem
+    from db.retry import in_transaction
+    from service.upload_stream import DocumentErrors, check_file, write_file
 
     try:
-        document = parse_document(body)
-    except ValidationError as exc:
-        errors = [{**error, "loc": ("body", *error["loc"]),
-                   "ctx": {key: str(value) for key, value in error.get("ctx", {}).items()}}
-                  for error in exc.errors(include_url=False)]
-        return "invalid", errors
-    try:
-        engine = _engines.get(database_url)
-        if engine is None:
-            engine = _engines[database_url] = make_engine(database_url, create=False)
-        summary = write_document(engine, document, allowed_gpus)
+        with open(path, "rb") as handle:
+            runs = check_file(handle, allowed_gpus)
+    except DocumentErrors as exc:
+        return "invalid", [{**error, "input": None} for error in exc.errors]
     except RefusedUpload as refused:
         return "refused", (refused.status, str(refused), refused.details())
+    # SQLite writes into a damaged file without complaint where the damage lies elsewhere: look first
+    # (quick_check reads the whole file, about a second per GB; an upload is rare and large anyway).
+    problem = check_integrity(engine, write_probe=False)
+    if problem is not None:
+        return "storage", (problem.kind, problem.reason)
+
+    def write(session: Any) -> ImportSummary:
+        with open(path, "rb") as handle:
+            summary = write_file(session, handle, runs)
+        if parent_pid is not None and os.getppid() != parent_pid:
+            raise ServerGone("the server died before the upload was acknowledged")
+        return summary
+
+    # One transaction for the whole document, retried as a whole on a lock or serialization conflict;
+    # on SQLite it takes the write lock at its start (BEGIN IMMEDIATE), so concurrent writers queue.
+    writer = engine.execution_options(sqlite_begin="IMMEDIATE")
+    try:
+        summary = in_transaction(writer, write, what="upload of runs")
     except Exception as exc:
+        problem = storage_problem(exc)
+        if problem is not None:
+            log.error("upload not stored: %s", problem.reason)
+            return "storage", (problem.kind, problem.reason)
         log.exception("upload failed")
         return "error", type(exc).__name__
     return "ok", summary.model_dump()
 
 
+def serve_uploads(database_url: str, connection: Any, parent_pid: int) -> None:
+    """The child's main loop: one spool path in, one outcome out, until the server closes the pipe."""
+    die_with_parent(parent_pid)
+    os.nice(BACKGROUND_NICENESS)  # the serving process first (see service.reads)
+    import service.upload_stream  # noqa: F401 - imported before the first upload, not during it
+    from db.engine import make_engine
+
+    engine = make_engine(database_url, create=False)
+    while True:
+        try:
+            path, allowed_gpus = connection.recv()
+        except (EOFError, OSError):
+            return
+        connection.send(import_file(engine, path, allowed_gpus, parent_pid))
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+
+
 class UploadWorker:
-    """The app's upload process, started on first use."""
+    """The app's upload process, started on the first upload and replaced whenever found dead."""
 
     def __init__(self, database_url: str):
         self.database_url = database_url
-        self._pool: ProcessPoolExecutor | None = None
+        self.restarts = 0
+        self.last_exit: str | None = None
+        self.pending = 0  # uploads admitted by the route and not yet answered
+        self.busy = False
+        self._process: Any = None
+        self._connection: Any = None
+        self._lock: anyio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing = False
 
-    async def run(self, body: bytes, allowed_gpus: frozenset[str] | None = None) -> tuple[str, Any]:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-        return await asyncio.get_running_loop().run_in_executor(self._pool, import_document, self.database_url, body,
-                                                                  allowed_gpus)
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def state(self) -> str:
+        if self._process is None:
+            return "not started"
+        if not self._process.is_alive():
+            return "dead"
+        return "busy" if self.busy else "idle"
+
+    def _ensure_running(self) -> None:
+        """Start the child, or replace a dead one. Called on the event loop's thread (see above)."""
+        if self._process is not None and self._process.is_alive():
+            return
+        if self._process is not None:
+            self._unwatch()
+            self._reap()
+            self.restarts += 1
+            log.warning("upload process replaced (the last one %s)", self.last_exit)
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe()
+        self._process = context.Process(target=serve_uploads, args=(self.database_url, theirs, os.getpid()),
+                                        name="autotuner-upload", daemon=True)
+        self._process.start()
+        theirs.close()
+        self._connection = ours
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._process.sentinel, self._exited)
+
+    def _unwatch(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._process.sentinel)
+
+    def _exited(self) -> None:
+        """The child ended: replace it now, unless an upload is on it (``run`` replaces it then)."""
+        self._unwatch()
+        if not self._closing and not self.busy:
+            self._ensure_running()
+
+    def _reap(self) -> None:
+        self._process.join(timeout=5)
+        self.last_exit = describe_exit(self._process.exitcode)
+        self._connection.close()
+
+    async def run(self, path: str, allowed_gpus: frozenset[str] | None = None) -> tuple[str, Any]:
+        """The outcome of importing the spooled document at ``path`` for an uploader who may send
+        ``allowed_gpus`` (see ``import_file``); ``("died", how)`` when the
+        upload process died on it twice. Cancelled halfway (the server shutting down), it kills the
+        upload process, whose transaction then never commits, and a new one serves the next upload."""
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        async with self._lock:
+            for _attempt in range(2):
+                if self._closing:
+                    break
+                self._ensure_running()
+                self.busy = True
+                try:
+                    self._connection.send((path, allowed_gpus))
+                    return await anyio.to_thread.run_sync(self._connection.recv, abandon_on_cancel=True)
+                except (EOFError, OSError):  # the child died: the pipe closed under us
+                    self._process.join(timeout=5)
+                    log.error("upload process %s during an upload", describe_exit(self._process.exitcode))
+                except anyio.get_cancelled_exc_class():
+                    self._process.kill()  # its answer would arrive for nobody, out of step with the pipe
+                    raise
+                finally:
+                    self.busy = False
+            how = describe_exit(self._process.exitcode if self._process is not None else None)
+            if not self._closing:
+                self._ensure_running()  # a fresh one for the next upload
+            return "died", how
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        self._closing = True
+        if self._process is None:
+            return
+        self._unwatch()
+        self._connection.close()  # the child's recv sees EOF and returns
+        self._process.join(timeout=10)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(timeout=5)
+        self._process = None

@@ -309,6 +309,31 @@ def _copy_record(copy: CopyReference) -> dict[str, Any]:
     return record
 
 
+def open_run(session: Session, record: RunRecord) -> tuple[SweepRun, bool, list[int]]:
+    """The database run for ``record`` (reused when the same run is there: see the module docstring,
+    else created), whether it was created, and the ids of its candidates in the record's order."""
+    gpu = queries.get_or_create_gpu(session, record.gpu.key, record.gpu.name,
+                                    **record.gpu.model_dump(exclude={"key", "name"}))
+    versions = record.environment.model_dump(exclude={"fingerprint", "created_at"})
+    if record.environment.created_at is not None:  # else the column's default (now) applies
+        versions["created_at"] = record.environment.created_at
+    environment = queries.get_or_create_environment(session, record.environment.fingerprint, **versions)
+    run = queries.find_run(session, gpu.id, environment.id, record.timing_method, record.started_at, record.host)
+    created = run is None
+    if run is None:
+        run = queries.create_run(
+            session, gpu, environment, record.timing_method, status=record.status, started_at=record.started_at,
+            finished_at=record.finished_at, host=record.host, command=record.command, grid=record.grid,
+        )
+    else:
+        run.status, run.finished_at = record.status, record.finished_at
+        run.command, run.grid = record.command, record.grid
+    ids = [queries.get_or_create_candidate(session, c.variant, c.config_key, c.config, c.source_hash).id
+           for c in record.candidates]
+    session.flush()  # the run's id, for its rows
+    return run, created, ids
+
+
 def import_runs(session: Session, document: ExchangeDocument | bytes | str | Mapping[str, Any], *,
                 allowed_gpus: frozenset[str] | None = None) -> ImportSummary:
     """Write a document's runs into the session's database; the caller commits (or rolls back).
@@ -325,37 +350,16 @@ def import_runs(session: Session, document: ExchangeDocument | bytes | str | Map
     candidate_ids: set[int] = set()
     gpus: set[str] = set()
     for record in document.runs:
-        gpu = queries.get_or_create_gpu(session, record.gpu.key, record.gpu.name,
-                                        **record.gpu.model_dump(exclude={"key", "name"}))
-        versions = record.environment.model_dump(exclude={"fingerprint", "created_at"})
-        if record.environment.created_at is not None:  # else the column's default (now) applies
-            versions["created_at"] = record.environment.created_at
-        environment = queries.get_or_create_environment(session, record.environment.fingerprint, **versions)
-        started_at = record.started_at
-        run = queries.find_run(session, gpu.id, environment.id, record.timing_method, started_at, record.host)
-        if run is None:
-            run = queries.create_run(
-                session, gpu, environment, record.timing_method, status=record.status, started_at=started_at,
-                finished_at=record.finished_at, host=record.host, command=record.command, grid=record.grid,
-            )
-            created += 1
-        else:
-            run.status, run.finished_at = record.status, record.finished_at
-            run.command, run.grid = record.command, record.grid
-            reused += 1
-        ids = [
-            queries.get_or_create_candidate(session, c.variant, c.config_key, c.config, c.source_hash).id
-            for c in record.candidates
-        ]
+        run, is_new, ids = open_run(session, record)
+        created, reused = created + is_new, reused + (not is_new)
         candidate_ids.update(ids)
-        session.flush()  # the run's id, for the rows below
         bulk.upsert_measurements(session, (
             {**row.__dict__, "run_id": run.id, "candidate_id": ids[row.candidate]} for row in record.measurements))
         bulk.upsert_copy_references(session, ({**copy.__dict__, "run_id": run.id} for copy in record.copy_references))
         measurement_count += len(record.measurements)
         copy_count += len(record.copy_references)
         run_ids.append(run.id)
-        gpus.add(gpu.key)
+        gpus.add(record.gpu.key)
     session.flush()
     log.info("imported %d runs (%d new), %d measurements, %d copy references",
              len(run_ids), created, measurement_count, copy_count)

@@ -39,6 +39,7 @@ MAX_OK_REL_ERROR = 1.0
 MEMORY_SLACK = (0.90, 1.02)  # reported total memory against the datasheet's GiB
 TIME_FIELDS = ("p20_us", "median_us", "p80_us")
 SHOWN_PER_RULE = 3  # rows named per rule in a message
+MAX_DETAILS = 100  # problems listed in an answer's detail
 
 
 @dataclass(frozen=True)
@@ -55,17 +56,18 @@ class Problem:
 
 
 class RefusedUpload(ValueError):
-    """A document with implausible runs (or runs its token may not upload): nothing of it is stored."""
+    """A document with implausible runs (or runs its token may not upload): nothing of it is stored.
+    ``counts`` (per rule) are given where ``problems`` holds only the first few (:class:`Tally`)."""
 
-    def __init__(self, problems: list[Problem]):
+    def __init__(self, problems: list[Problem], counts: Optional[dict[str, int]] = None):
         self.problems = problems
-        super().__init__(describe(problems))
+        super().__init__(describe(problems, counts))
 
     @property
     def status(self) -> int:
         return 403 if any(p.status == 403 for p in self.problems) else 422
 
-    def details(self, limit: int = 100) -> list[dict[str, str]]:
+    def details(self, limit: int = MAX_DETAILS) -> list[dict[str, str]]:
         """The first ``limit`` problems as plain data (an HTTP error's ``detail``)."""
         return [{"rule": p.rule, "loc": p.where, "msg": p.detail} for p in self.problems[:limit]]
 
@@ -76,11 +78,17 @@ def validate_document(document: Any, allowed_gpus: Optional[frozenset[str]] = No
     problems: list[Problem] = []
     for index, run in enumerate(document.runs):
         where = f"runs[{index}]"
-        if allowed_gpus is not None and run.gpu.key not in allowed_gpus:
-            problems.append(Problem("gpu-scope", f"{where}.gpu.key", f"this upload token may upload runs of "
-                                    f"{', '.join(sorted(allowed_gpus)) or 'no GPU'} only, not {run.gpu.key!r}"))
+        problems.extend(scope_problems(run.gpu.key, allowed_gpus, where))
         problems.extend(validate_run(run, where))
     return problems
+
+
+def scope_problems(gpu_key: str, allowed_gpus: Optional[frozenset[str]], where: str) -> list[Problem]:
+    """The ``gpu-scope`` problem of a run of ``gpu_key`` where the uploader may send ``allowed_gpus``."""
+    if allowed_gpus is None or gpu_key in allowed_gpus:
+        return []
+    return [Problem("gpu-scope", f"{where}.gpu.key", f"this upload token may upload runs of "
+                    f"{', '.join(sorted(allowed_gpus)) or 'no GPU'} only, not {gpu_key!r}")]
 
 
 def check_document(document: Any, allowed_gpus: Optional[frozenset[str]] = None) -> None:
@@ -93,16 +101,43 @@ def check_document(document: Any, allowed_gpus: Optional[frozenset[str]] = None)
 def validate_run(run: Any, where: str = "run") -> list[Problem]:
     """Every problem of one parsed :class:`~autotuner.records.exchange.RunRecord` (pure: reads nothing
     but the record and the model specs)."""
-    spec = GPU_MODELS.get(run.gpu.key)
-    problems = list(_gpu_problems(run.gpu, spec, f"{where}.gpu"))
-    if spec is None:
-        return problems  # no bandwidth to hold the times to
-    peak = spec.bandwidth_gbps * (1.0 if run.timing_method == "cold" else L2_SPEEDUP)
-    for index, row in enumerate(run.measurements):
-        problems.extend(_row_problems(row, peak, spec.key, f"{where}.measurements[{index}]", row.status))
-    for index, row in enumerate(run.copy_references):
-        problems.extend(_row_problems(row, peak, spec.key, f"{where}.copy_references[{index}]", "ok"))
+    problems = list(_gpu_problems(run.gpu, GPU_MODELS.get(run.gpu.key), f"{where}.gpu"))
+    problems.extend(validate_rows(run.measurements, run.gpu.key, run.timing_method, f"{where}.measurements"))
+    problems.extend(validate_rows(run.copy_references, run.gpu.key, run.timing_method, f"{where}.copy_references"))
     return problems
+
+
+def validate_rows(rows: Iterable[Any], gpu_key: str, timing_method: str, where: str, start: int = 0) -> list[Problem]:
+    """The problems of a run's measurement or copy-reference rows, numbered from ``start`` (a streamed
+    upload checks its rows a batch at a time); none for a GPU model this project does not know
+    (:func:`validate_run` reports that: no bandwidth to hold the times to)."""
+    spec = GPU_MODELS.get(gpu_key)
+    if spec is None:
+        return []
+    peak = spec.bandwidth_gbps * (1.0 if timing_method == "cold" else L2_SPEEDUP)
+    return [problem for index, row in enumerate(rows, start)  # copy references carry no status: 'ok'
+            for problem in _row_problems(row, peak, spec.key, f"{where}[{index}]", getattr(row, "status", "ok"))]
+
+
+class Tally:
+    """Problems found a batch at a time, in bounded memory: every rule's count, and the problems an
+    answer shows (the first ``MAX_DETAILS``, and the first ``SHOWN_PER_RULE`` of each rule)."""
+
+    def __init__(self) -> None:
+        self.kept: list[Problem] = []
+        self.counts: dict[str, int] = {}
+
+    def add(self, problems: Iterable[Problem]) -> None:
+        for problem in problems:
+            count = self.counts.get(problem.rule, 0)
+            if len(self.kept) < MAX_DETAILS or count < SHOWN_PER_RULE:
+                self.kept.append(problem)
+            self.counts[problem.rule] = count + 1
+
+    def check(self) -> None:
+        """Raise :class:`RefusedUpload` if any problem was added."""
+        if self.counts:
+            raise RefusedUpload(self.kept, self.counts)
 
 
 def _gpu_problems(gpu: Any, spec: GpuSpec | None, where: str) -> Iterator[Problem]:
@@ -158,14 +193,16 @@ def _row_problems(row: Any, peak_gbps: float, gpu: str, where: str, status: str)
             yield Problem("gbps", where, f"{shape}: gbps {row.gbps:.4g} is not bytes / median = {said}")
 
 
-def describe(problems: Iterable[Problem]) -> str:
-    """One line: per rule, how many rows break it and the first few with what is wrong."""
+def describe(problems: Iterable[Problem], counts: Optional[dict[str, int]] = None) -> str:
+    """One line: per rule, how many rows break it (``counts``, else those in ``problems``) and the
+    first few with what is wrong."""
     by_rule: dict[str, list[Problem]] = {}
     for problem in problems:
         by_rule.setdefault(problem.rule, []).append(problem)
     parts = []
     for rule, found in by_rule.items():
+        total = counts[rule] if counts is not None else len(found)
         shown = "; ".join(f"{p.where}: {p.detail}" for p in found[:SHOWN_PER_RULE])
-        more = f" (and {len(found) - SHOWN_PER_RULE} more)" if len(found) > SHOWN_PER_RULE else ""
-        parts.append(f"rule {rule}, {len(found)} place(s): {shown}{more}")
+        more = f" (and {total - SHOWN_PER_RULE} more)" if total > SHOWN_PER_RULE else ""
+        parts.append(f"rule {rule}, {total} place(s): {shown}{more}")
     return "refused, nothing stored: " + " | ".join(parts)

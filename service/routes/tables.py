@@ -68,7 +68,7 @@ async def table(
         raise ApiError(404, f"no dispatch table for {what}; known GPUs: {', '.join(known) or 'none'}", known_gpus=known)
     encoded = live.encoded(found)
     headers = {"ETag": encoded.etag, "Cache-Control": "no-cache", **origin_headers(live, found)}
-    if if_none_match is not None and _matches(if_none_match, encoded.etag):
+    if if_none_match is not None and etag_matches(if_none_match, encoded.etag):
         return Response(status_code=304, headers=headers)
     return Response(encoded.body, media_type="application/json", headers=headers)
 
@@ -84,7 +84,7 @@ def origin_headers(live: LiveTables, table: DispatchTable) -> dict[str, str]:
             "X-Table-Source-Runs": ",".join(map(str, runs)) or "-"}
 
 
-def _matches(if_none_match: str, etag: str) -> bool:
+def etag_matches(if_none_match: str, etag: str) -> bool:
     """RFC 9110 weak comparison: ``*``, or any listed tag equal to ours with or without ``W/``."""
     tags = [tag.strip() for tag in if_none_match.split(",")]
     return "*" in tags or any(tag.removeprefix("W/") == etag for tag in tags)

@@ -24,9 +24,9 @@ def test_an_unexpected_failure_is_a_json_500_without_internals(settings, monkeyp
     def broken(*_args, **_kwargs):
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr("service.routes.measurements.search_measurements", broken)
+    monkeypatch.setattr("service.routes.kernels.describe_variants", broken)  # runs in the serving process
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
-        response = client.get("/measurements")
+        response = client.get("/kernels")
     assert response.status_code == 500
     assert response.json() == {"message": "internal error (RuntimeError); the server log has the details"}
 

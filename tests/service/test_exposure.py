@@ -14,6 +14,7 @@ from service.middleware import API_CSP, PAGE_CSP
 from service.routes import health
 from service.routes.measurements import ERROR_CHARS, PAGE_BYTES
 from tests.service.conftest import ThreadedServer, free_port
+from tests.service.test_measurements import ALL_ROWS
 
 
 def test_healthz_shows_no_path_without_the_token(client, database_url):
@@ -29,15 +30,15 @@ def test_measurements_cut_long_errors_and_cap_the_page_bytes(settings, database_
     from fastapi.testclient import TestClient
 
     with TestClient(create_app(settings)) as client:
-        seen, offset, pages = set(), 0, 0
-        while offset is not None:
-            response = client.get("/measurements", params={"limit": 1000, "offset": offset})
+        seen, after, pages = set(), 0, 0
+        while after is not None:
+            response = client.get("/measurements", params={"limit": 1000, "after": after})
             assert response.status_code == 200 and len(response.content) <= PAGE_BYTES + 8192
             body = response.json()
             assert all(len(item["error"]) == ERROR_CHARS and item["error_chars"] == 65536 for item in body["items"])
             seen.update(item["id"] for item in body["items"])
-            offset, pages = body["next_offset"], pages + 1
-    assert len(seen) == body["total"] and pages > 1  # every row reachable by next_offset, over several pages
+            after, pages = body["next_after"], pages + 1
+    assert len(seen) == ALL_ROWS and pages > 1  # every row reachable by next_after, over several pages
 
 
 def test_security_headers_on_every_kind_of_answer(client):
