@@ -4,7 +4,9 @@ Imports neither torch nor CuPy. Tables come from the package's shipped JSON (``a
 and, where a tuning database exists, its current fitted tables, which take precedence. Answers are
 cached per (m, n, dtype, gpu, method): a warm lookup is one dict probe.
 
-Which table answers: the GPU's own table, and only it, where it has one. A GPU without a table is
+Which table answers: the GPU's own table, and only it, where it has one; a table predicted for a GPU
+never measured (``autotuner predict``, ``source`` "predicted") is its own table until a measured table
+of the same key replaces it, and never answers for another GPU. A GPU without a table is
 answered, with a warning, from the table of the nearest model of the same or an older architecture
 (``gpu_models.donor_order``), offering only the kernels this GPU runs (``gpu_models.runs_on``); a
 GPU without a table and without such a model (or of a model ``gpu_models`` does not list) gets
@@ -72,7 +74,7 @@ class KernelChoice:
     predicted_us: float | None
     gpu: str
     dtype: str
-    source: str  # "table" | "model" | "nearest-gpu:<key>" | "nearest-gpu:<key>/model" | "fallback"
+    source: str  # "table" | "model" | "predicted" | "predicted/model" | "nearest-gpu:<key>" | ".../model" | "fallback"
     exact: bool = False  # the shape itself was measured
     reason: str = ""  # for "fallback" and "nearest-gpu:*": why, in words
 
@@ -202,11 +204,12 @@ class TableStore:
         """The choice for canonical names: the GPU's own table, then the fallbacks in order."""
         own = self._table((gpu_key, dtype, method))
         if own is not None:  # never another GPU's table where this GPU has its own
-            return self._answer(own, gpu_key, m, n, "table")
+            return self._answer(own, gpu_key, m, n, "predicted" if is_predicted(own) else "table")
         if not allow_fallback:
             raise UnknownGpuError(gpu_key, self.gpus())
         spec = gpu_spec(gpu_key)
-        donors = donor_order(spec, [g for g in self.gpus() if self.get(g, dtype, method)]) if spec else []
+        donors = donor_order(spec, [g for g in self.gpus() if (t := self.get(g, dtype, method)) and not is_predicted(t)]) \
+            if spec else []
         if not donors:
             known = "its architecture is not listed in autotuner/lookup/gpu_models.py" if spec is None else \
                 f"no table of a model of sm_{spec.compute_capability} or older"
@@ -233,9 +236,15 @@ class TableStore:
         if candidate is None:
             return KernelChoice(FALLBACK_VARIANT, (), predicted_us, gpu_key, table.dtype, "fallback", False, reason)
         if rule == "model":
-            source = "model" if source == "table" else f"{source}/model"
+            source = "model" if source == "table" else f"{source}/model"  # "predicted/model" too
         variant, config_items = table.choice_fields[candidate]
         return _choice(variant, config_items, predicted_us, gpu_key, table.dtype, source, exact)
+
+
+def is_predicted(table: DispatchTable) -> bool:
+    """A table predicted for a GPU never measured (``autotuner predict``): it answers for its own GPU
+    only, and only while that GPU has no measured table of its key (a measured one replaces it)."""
+    return table.document.get("source") == "predicted"
 
 
 _new_object = object.__new__
