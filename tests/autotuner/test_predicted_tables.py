@@ -1,0 +1,139 @@
+"""Predicted tables (``autotuner predict``), on the CPU: every listed model without a measured table
+ships one per dtype, offering only kernels its architecture runs and never a time below its own copy
+floor; the lookup answers from them for their own GPU only; the performance model's parts."""
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from autotuner.fit.perfmodel import (blocks_per_sm, copy_floor_us, features, fit_candidate, nonnegative_least_squares,
+                                     PerfModel, CandidateModel)
+from autotuner.fit.samples import Resources, Sample
+from autotuner.lookup.gpu_models import GPU_MODELS, runs_on
+from autotuner.lookup.select import TableStore, is_predicted, load_shipped_tables, shipped_table_files
+from kernels import KernelConfig, get_variant
+
+SHIPPED = load_shipped_tables()
+PREDICTED = [t for t in SHIPPED if is_predicted(t)]
+MEASURED_GPUS = {t.gpu for t in SHIPPED if not is_predicted(t)}
+
+
+def test_every_listed_model_without_a_measured_table_has_predicted_ones():
+    have = {(t.gpu, t.dtype) for t in PREDICTED}
+    for key in GPU_MODELS:
+        if key not in MEASURED_GPUS:
+            assert {(key, dt) for dt in ("fp32", "fp16", "bf16")} <= have, key
+    assert not {t.gpu for t in PREDICTED} & MEASURED_GPUS  # a measured GPU never ships a prediction
+
+
+def test_every_model_lists_the_specs_the_performance_model_reads():
+    for spec in GPU_MODELS.values():
+        assert spec.sm_count > 0 and spec.bandwidth_gbps > 0 and spec.l2_bytes > 0 and spec.boost_clock_mhz > 0
+        assert spec.registers_per_sm == 65536 and spec.max_threads_per_sm in (1536, 2048)
+        assert spec.max_blocks_per_sm in (16, 24, 32) and spec.smem_per_block < spec.smem_per_sm
+        assert spec.memory_bytes >= 16 * 10**9 and spec.source
+        assert (spec.max_cluster > 0) == (spec.compute_capability >= 90)
+
+
+@pytest.mark.parametrize("table", PREDICTED, ids=lambda t: f"{t.gpu}-{t.dtype}")
+def test_a_predicted_table_offers_only_kernels_its_gpu_runs_and_no_time_below_its_copy_floor(table):
+    spec = GPU_MODELS[table.gpu]
+    assert table.document["regret"]["method"].startswith("leave-one-gpu-out")
+    for candidate in table.candidates:
+        assert runs_on(candidate["requires"], spec), candidate
+        variant = get_variant(candidate["variant"])  # the requirement is the variant's own, not copied blindly
+        assert candidate["requires"] == variant.requirements(KernelConfig.from_dict(candidate["config"]), table.dtype)
+    for point in table.points:
+        floor = copy_floor_us(point["m"], point["n"], table.dtype, spec)
+        assert point["copy_us"] == pytest.approx(floor)
+        assert all(t is None or t >= floor * (1 - 1e-12) for t in point["times"]), point
+
+
+def test_an_architecture_without_clusters_or_hopper_kernels_gets_none():
+    a100 = [t for t in PREDICTED if t.gpu == "a100"]
+    assert a100
+    for table in a100:
+        assert all(c["requires"]["min_arch"] <= 80 and c["requires"].get("cluster", 0) <= 1 for c in table.candidates)
+    hopper = [t for t in PREDICTED if t.gpu == "h100-pcie"]
+    assert any(c["requires"]["min_arch"] == 90 for t in hopper for c in t.candidates)  # it does run them
+
+
+def test_the_lookup_answers_a_gpu_never_measured_from_its_predicted_table():
+    store = TableStore(SHIPPED)
+    for gpu in ("a100", "l4", "l40s", "rtx4090", "b200"):
+        choice = store.select(1000, 4096, "bf16", gpu)
+        assert choice.source == "predicted" and choice.variant != "torch_softmax", choice
+        assert choice.predicted_us >= copy_floor_us(1000, 4096, "bf16", GPU_MODELS[gpu])
+        assert store.select(1 << 20, 3_000_001 // 1000, "fp32", gpu).source in ("predicted", "predicted/model", "fallback")
+    assert store.select(1000, 4096, "bf16", "h100").source == "table"
+
+
+def test_a_measured_table_replaces_the_prediction_and_a_prediction_is_never_lent():
+    predicted = next(t for t in PREDICTED if (t.gpu, t.dtype) == ("a100", "bf16"))
+    measured = dict(predicted.document, source="measured")
+    from autotuner.lookup.table import DispatchTable
+
+    store = TableStore([predicted])
+    assert store.select(64, 4096, "bf16", "a100").source == "predicted"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lent = store.select(64, 4096, "bf16", "a10")  # sm_86 may borrow sm_80's measured tables, not predictions
+    assert lent.source == "fallback" and lent.variant == "torch_softmax"
+    store.add(DispatchTable(measured))
+    assert store.select(64, 4096, "bf16", "a100").source == "table"
+
+
+def test_predicted_table_files_are_named_for_their_key():
+    for path in shipped_table_files():
+        document = json.loads(path.read_text())
+        if document.get("source") == "predicted":
+            assert path.name == f"{document['gpu']}_{document['dtype']}_{document['timing_method']}.json"
+            assert document["predicted_from"] and set(document["predicted_from"]) <= MEASURED_GPUS
+
+
+# --- the performance model ------------------------------------------------------------------------
+
+def test_occupancy_follows_each_architectures_limits():
+    big = Resources(threads=512, registers=64, smem=0)
+    assert blocks_per_sm(big, GPU_MODELS["h100"]) == 2  # 64 regs x 512 threads = half the register file
+    assert blocks_per_sm(Resources(128, 32, 0), GPU_MODELS["h100"]) == 16  # 2048 threads
+    assert blocks_per_sm(Resources(128, 32, 0), GPU_MODELS["l4"]) == 12  # 1536 threads
+    assert blocks_per_sm(Resources(32, 16, 0), GPU_MODELS["a10"]) == 16  # 16 blocks on sm_86
+    assert blocks_per_sm(Resources(256, 32, 60 * 1024), GPU_MODELS["a100"]) == 2  # 164 KB of shared memory
+    assert blocks_per_sm(Resources(256, 32, 60 * 1024), GPU_MODELS["l4"]) == 1
+
+
+def test_nonnegative_least_squares_finds_the_constrained_optimum():
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0.1, 1, (40, 4))
+    truth = np.array([2.0, 0.0, 1.5, 0.0])
+    b = a @ truth - 0.05 * a[:, 1]  # the unconstrained fit would want a negative second coefficient
+    solution = nonnegative_least_squares(a, b)
+    assert np.all(solution >= 0) and solution[1] == 0
+    for _ in range(200):  # no non-negative point does better
+        other = np.abs(solution + rng.normal(0, 0.05, 4))
+        assert np.sum((a @ other - b) ** 2) >= np.sum((a @ solution - b) ** 2) - 1e-12
+
+
+def test_a_fitted_candidate_recovers_times_made_from_its_terms():
+    spec = GPU_MODELS["h100"]
+    resources = Resources(256, 32, 0)
+    shapes = [(m, n) for m in (1, 7, 300, 5000, 80000) for n in (64, 1000, 8192, 65536)]
+    rows = np.array([features(m, n, "bf16", resources, spec) for m, n in shapes])
+    times = rows @ np.array([3.0, 1.1, 0.5, 200.0])
+    model = fit_candidate(rows, times)
+    assert model.log_rms < 1e-6 and model.coefficients[0] == pytest.approx(3.0)
+
+
+def test_transfer_scales_dram_bound_time_with_bandwidth_and_never_undercuts_the_floor():
+    model = PerfModel({("k", "", "fp32"): CandidateModel((0.0, 1.0, 0.0, 0.0), 1, 0.0)}, ("h100",))
+    sample = Sample("h100", "fp32", "k", "", 4096, 65536, 800.0, Resources())  # above both floors
+    h200 = model.transfer(sample, GPU_MODELS["h200"], GPU_MODELS["h100"])
+    assert h200 == pytest.approx(800.0 * 3350 / 4800)
+    fast = Sample("h100", "fp32", "k", "", 4096, 65536, 1.0, Resources())  # a recorded time below any floor
+    assert model.transfer(fast, GPU_MODELS["l4"], GPU_MODELS["h100"]) >= copy_floor_us(4096, 65536, "fp32", GPU_MODELS["l4"])
+    assert math.isclose(model.transfer(sample, GPU_MODELS["h100"], GPU_MODELS["h100"]), 800.0)
