@@ -61,13 +61,21 @@ def blocks_per_sm(resources: Resources, spec: GpuSpec) -> int:
     return max(1, min(limits))
 
 
-def features(m: int, n: int, dtype: str, resources: Resources, spec: GpuSpec) -> np.ndarray:
-    """The four terms' inputs (module docstring), each in µs for a coefficient of 1."""
+FILL = 0.0  # a grid that fills the GPU whatever M (split-row and persistent kernels): one wave
+GRIDS = (FILL, 1 / 32, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # blocks per row tried by the fit
+
+
+def features(m: int, n: int, dtype: str, resources: Resources, spec: GpuSpec, grid: float = 1.0) -> np.ndarray:
+    """The four terms' inputs (module docstring), each in µs for a coefficient of 1. ``grid`` is the
+    kernel's blocks per row (``FILL``: as many blocks as the GPU holds at once, whatever M)."""
     size = element_bytes(dtype)
-    waves = math.ceil(m / (blocks_per_sm(resources, spec) * spec.sm_count)) if m else 0
+    resident = blocks_per_sm(resources, spec) * spec.sm_count
+    blocks = resident if grid == FILL else max(1, math.ceil(m * grid))
+    waves = math.ceil(blocks / resident) if m else 0
     clock = float(spec.boost_clock_mhz)
+    work_per_block = m * n * size / blocks
     return np.array([1.0, copy_floor_us(m, n, dtype, spec),
-                     waves * n * size / (max(resources.threads, 1) * clock), waves / clock])
+                     waves * work_per_block / (max(resources.threads, 1) * clock), waves / clock])
 
 
 @dataclass(frozen=True)
@@ -75,9 +83,10 @@ class CandidateModel:
     coefficients: tuple[float, ...]
     samples: int
     log_rms: float  # of the fit on its own samples
+    grid: float = 1.0  # blocks per row (``FILL``: the GPU's resident blocks)
 
-    def time(self, feature_row: np.ndarray) -> float:
-        return float(np.dot(self.coefficients, feature_row))
+    def time(self, m: int, n: int, dtype: str, resources: Resources, spec: GpuSpec) -> float:
+        return float(np.dot(self.coefficients, features(m, n, dtype, resources, spec, self.grid)))
 
 
 Key = tuple[str, str, str]  # (variant, config_key, dtype)
@@ -94,15 +103,15 @@ class PerfModel:
         model = self.candidates.get((variant, config_key, dtype))
         if model is None:
             return None
-        return max(model.time(features(m, n, dtype, resources, spec)), copy_floor_us(m, n, dtype, spec))
+        return max(model.time(m, n, dtype, resources, spec), copy_floor_us(m, n, dtype, spec))
 
     def transfer(self, sample: Sample, spec: GpuSpec, measured_on: GpuSpec) -> float | None:
         """``sample``'s time (measured on ``measured_on``) moved to ``spec`` by the model's ratio."""
         model = self.candidates.get((sample.variant, sample.config_key, sample.dtype))
         if model is None:
             return None
-        there = model.time(features(sample.m, sample.n, sample.dtype, sample.resources, spec))
-        here = model.time(features(sample.m, sample.n, sample.dtype, sample.resources, measured_on))
+        shape = (sample.m, sample.n, sample.dtype, sample.resources)
+        there, here = model.time(*shape, spec), model.time(*shape, measured_on)
         if not (here > 0 and there > 0):
             return None
         return max(sample.median_us * there / here, copy_floor_us(sample.m, sample.n, sample.dtype, spec))
@@ -126,12 +135,20 @@ def nonnegative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best
 
 
-def fit_candidate(rows: np.ndarray, times: np.ndarray) -> CandidateModel:
+def fit_candidate(rows: np.ndarray, times: np.ndarray, grid: float = 1.0) -> CandidateModel:
     """Coefficients minimising the relative error sum((t_model - t) / t)^2, non-negative."""
     coefficients = nonnegative_least_squares(rows / times[:, None], np.ones(len(times)))
     predicted = np.maximum(rows @ coefficients, 1e-9)
     log_rms = float(np.sqrt(np.mean(np.log(predicted / times) ** 2)))
-    return CandidateModel(tuple(float(c) for c in coefficients), len(times), log_rms)
+    return CandidateModel(tuple(float(c) for c in coefficients), len(times), log_rms, grid)
+
+
+def fit_samples(group: Sequence[Sample], specs: Mapping[str, GpuSpec]) -> CandidateModel:
+    """The best :func:`fit_candidate` over the grids of ``GRIDS`` (the kernel's launch is not recorded)."""
+    times = np.array([s.median_us for s in group])
+    fits = [fit_candidate(np.array([features(s.m, s.n, s.dtype, s.resources, specs[s.gpu], grid) for s in group]), times, grid)
+            for grid in GRIDS]
+    return min(fits, key=lambda fit: fit.log_rms)
 
 
 def fit_model(samples: Iterable[Sample], specs: Mapping[str, GpuSpec]) -> PerfModel:
@@ -142,11 +159,7 @@ def fit_model(samples: Iterable[Sample], specs: Mapping[str, GpuSpec]) -> PerfMo
         if sample.gpu in specs:
             grouped.setdefault((sample.variant, sample.config_key, sample.dtype), []).append(sample)
             gpus.add(sample.gpu)
-    models = {}
-    for key, group in grouped.items():
-        rows = np.array([features(s.m, s.n, s.dtype, s.resources, specs[s.gpu]) for s in group])
-        models[key] = fit_candidate(rows, np.array([s.median_us for s in group]))
-    return PerfModel(models, tuple(sorted(gpus)))
+    return PerfModel({key: fit_samples(group, specs) for key, group in grouped.items()}, tuple(sorted(gpus)))
 
 
 def ratio_summary(ratios: Sequence[float]) -> dict[str, float | int | None]:

@@ -226,3 +226,70 @@ def run_strategy(sweep: Sweep, runners: Runner | Sequence[Runner], strategy: Str
     finally:
         sweep.finish(status)
     return summaries
+
+
+Predictions = Mapping[Shape, Mapping[str, float]]  # shape -> candidate label -> predicted µs
+
+
+def prediction_margin(times: Mapping[str, float]) -> float:
+    """How sure a prediction is of its pick at one shape: the runner-up's predicted time over the pick's,
+    minus 1 (inf with a single candidate)."""
+    ordered = sorted(times.values())
+    return ordered[1] / ordered[0] - 1 if len(ordered) > 1 else math.inf
+
+
+@dataclass
+class QuickStrategy:
+    """``sweep --quick``: where a predicted table (``autotuner predict``) is least sure, its pick and
+    runners-up. Round 1: the ``shapes`` predicted points of smallest ``prediction_margin``, each at
+    least ``spacing`` (log2 units of M and N together) from the others of its dtype, so the few shapes
+    spread over the domain; at each, the ``width`` fastest predicted candidates and any within
+    ``DEFAULT_THRESHOLD`` of the pick (``candidates_at``). Round 2: where the measured winner was
+    not the predicted pick, the nearest ``shapes // 2`` predicted points not yet measured, the same way.
+    The fit then corrects the prediction with what was measured (``autotuner/fit/quick.py``)."""
+
+    predictions: Predictions
+    shapes: int = 40  # per round, over every dtype
+    width: int = 3
+    spacing: float = 1.5
+    name: str = "quick"
+    chosen: dict[Shape, frozenset[str]] = field(default_factory=dict)
+    rounds: int = 0
+
+    def next_shapes(self, observed: Observations) -> list[Shape]:
+        self.rounds += 1
+        if self.rounds == 1:
+            ranked = sorted(self.predictions, key=lambda s: (prediction_margin(self.predictions[s]), s))
+            return self._take(ranked, self.shapes)
+        if self.rounds == 2:
+            missed = [s for s in self.chosen if observed.get(s) and self._surprised(s, observed[s])]
+            near = sorted((s for s in self.predictions if s not in self.chosen),
+                          key=lambda s: min((_log_distance(s, t) for t in missed if t[2] == s[2]), default=math.inf))
+            return self._take([s for s in near if any(t[2] == s[2] for t in missed)], self.shapes // 2)
+        return []
+
+    def candidates_at(self, shape: Shape) -> frozenset[str]:
+        """The candidate labels (``variant[config_key]``) to measure at a shape this strategy proposed."""
+        return self.chosen.get(shape, frozenset())
+
+    def _surprised(self, shape: Shape, times: Mapping[str, float]) -> bool:
+        predicted = self.predictions[shape]
+        return min(times, key=times.get) != min(predicted, key=predicted.get)
+
+    def _take(self, ranked: Sequence[Shape], count: int) -> list[Shape]:
+        taken: list[Shape] = []
+        for shape in ranked:
+            if len(taken) >= count:
+                break
+            if any(other[2] == shape[2] and _log_distance(shape, other) < self.spacing for other in [*self.chosen, *taken]):
+                continue
+            taken.append(shape)
+            times = self.predictions[shape]
+            best = min(times.values())
+            ordered = sorted(times, key=times.get)
+            self.chosen[shape] = frozenset(ordered[:self.width] + [c for c in ordered if times[c] <= best * (1 + DEFAULT_THRESHOLD)])
+        return taken
+
+
+def _log_distance(a: Shape, b: Shape) -> float:
+    return abs(math.log2(max(a[0], 1) / max(b[0], 1))) + abs(math.log2(a[1] / b[1]))
