@@ -13,7 +13,10 @@ elsewhere; a full sweep's table replaces it.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from sqlalchemy.orm import Session
 
 from autotuner.fit.fit import Observation, build_document
 from autotuner.fit.predict_table import kernel_limits
@@ -70,4 +73,55 @@ def quick_document(predicted: Mapping[str, Any], measured: Sequence[Observation]
     document.update({"source": QUICK_SOURCE, "predicted_from": predicted.get("predicted_from", []),
                      "measured_shapes": len({(o.m, o.n) for o in measured}),
                      "regret": {"method": "none: a quick sweep's table, scored by the bench (bench.probes.predicted_picks)"}})
+    return document
+
+
+QUICK_BUDGET_S = 5 * 60  # sweep --quick's default budget
+
+
+def starting_predictions(gpu_key: str, dtypes: Sequence[str], root: Path = Path(".")) -> dict[str, dict[str, Any]]:
+    """The predicted table a quick sweep of ``gpu_key`` starts from, per dtype: the shipped one where
+    the GPU has a predicted table, else one predicted now from the committed recordings of the other
+    GPUs under ``root`` (a GPU with measured tables, as the H100: what ``bench.probes.predicted_picks``
+    scores). Raises ValueError naming what is missing."""
+    import json
+
+    from autotuner.fit.predict_table import predict_document
+    from autotuner.fit.samples import load_samples, recording_paths
+    from autotuner.lookup.gpu_models import GPU_MODELS
+    from autotuner.lookup.select import shipped_table_files
+
+    spec = GPU_MODELS.get(gpu_key)
+    if spec is None:
+        raise ValueError(f"no specs for GPU {gpu_key!r} in autotuner/lookup/gpu_models.py: nothing to predict from")
+    shipped = {path.stem: path for path in shipped_table_files()}
+    documents: dict[str, dict[str, Any]] = {}
+    samples = None
+    for dtype in dtypes:
+        path = shipped.get(f"{gpu_key}_{dtype}_cold")
+        document = json.loads(path.read_text()) if path else None
+        if document is None or document.get("source") != "predicted":
+            if samples is None:
+                paths = [p for p in recording_paths(root) if p.is_file()]
+                if not paths:
+                    raise ValueError(f"{gpu_key} has measured tables and no recordings are under {root} to predict "
+                                     "them from: run from the repository root")
+                samples = load_samples(paths)
+            document = predict_document(samples, spec, dtype)
+        documents[dtype] = document
+    return documents
+
+
+def refit_after_quick(session: Session, gpu_key: str, predicted: Mapping[str, Any], timing_method: str = "cold",
+                      save: bool = True) -> dict[str, Any]:
+    """The quick-sweep table of one dtype from the database's measurements of ``gpu_key`` (the fit's
+    rows, ``fit.fit_inputs``), stored as the current table of that key when ``save``."""
+    from autotuner.fit.fit import fit_inputs
+    from db import queries
+
+    inputs = fit_inputs(session, gpu_key, predicted["dtype"], timing_method)
+    document = quick_document(predicted, inputs.observations, gpu_name=inputs.gpu.name, source_runs=inputs.runs)
+    if save:
+        queries.save_table(session, inputs.gpu, predicted["dtype"], timing_method, document, source_runs=inputs.runs,
+                           candidate_count=len(document["candidates"]), regret=None, environment_id=inputs.environment_id)
     return document

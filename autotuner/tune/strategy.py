@@ -245,7 +245,8 @@ class QuickStrategy:
     least ``spacing`` (log2 units of M and N together) from the others of its dtype, so the few shapes
     spread over the domain; at each, the ``width`` fastest predicted candidates and any within
     ``DEFAULT_THRESHOLD`` of the pick (``candidates_at``). Round 2: where the measured winner was
-    not the predicted pick, the nearest ``shapes // 2`` predicted points not yet measured, the same way.
+    not the predicted pick, up to ``shapes // 2`` predicted points not yet measured within
+    ``2 · spacing`` of it, nearest first, spaced among themselves.
     The fit then corrects the prediction with what was measured (``autotuner/fit/quick.py``)."""
 
     predictions: Predictions
@@ -260,12 +261,13 @@ class QuickStrategy:
         self.rounds += 1
         if self.rounds == 1:
             ranked = sorted(self.predictions, key=lambda s: (prediction_margin(self.predictions[s]), s))
-            return self._take(ranked, self.shapes)
+            return self._take(ranked, self.shapes, list(self.chosen))
         if self.rounds == 2:
             missed = [s for s in self.chosen if observed.get(s) and self._surprised(s, observed[s])]
-            near = sorted((s for s in self.predictions if s not in self.chosen),
-                          key=lambda s: min((_log_distance(s, t) for t in missed if t[2] == s[2]), default=math.inf))
-            return self._take([s for s in near if any(t[2] == s[2] for t in missed)], self.shapes // 2)
+            distance = {s: min((_log_distance(s, t) for t in missed if t[2] == s[2]), default=math.inf)
+                        for s in self.predictions if s not in self.chosen}
+            near = sorted((s for s, d in distance.items() if d <= 2 * self.spacing), key=lambda s: (distance[s], s))
+            return self._take(near, self.shapes // 2, [])  # next to a surprise: spaced among themselves only
         return []
 
     def candidates_at(self, shape: Shape) -> frozenset[str]:
@@ -276,12 +278,12 @@ class QuickStrategy:
         predicted = self.predictions[shape]
         return min(times, key=times.get) != min(predicted, key=predicted.get)
 
-    def _take(self, ranked: Sequence[Shape], count: int) -> list[Shape]:
+    def _take(self, ranked: Sequence[Shape], count: int, apart_from: list[Shape]) -> list[Shape]:
         taken: list[Shape] = []
         for shape in ranked:
             if len(taken) >= count:
                 break
-            if any(other[2] == shape[2] and _log_distance(shape, other) < self.spacing for other in [*self.chosen, *taken]):
+            if any(other[2] == shape[2] and _log_distance(shape, other) < self.spacing for other in [*apart_from, *taken]):
                 continue
             taken.append(shape)
             times = self.predictions[shape]
