@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autotuner.lookup import predict, regret
-from autotuner.lookup.select import load_shipped_tables
+from tests.autotuner.shipped_picks import tables_to_replay
 from autotuner.lookup.table import DispatchTable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ needs_compiled = pytest.mark.skipif(fastrule is None, reason="the compiled rule 
 
 
 def _tables() -> list[DispatchTable]:
-    documents = [table.document for table in load_shipped_tables()]
+    documents = [table.document for table in tables_to_replay()]
     documents += [json.loads(path.read_text()) for path in sorted(CLASSIC.glob("*.json"))]
     return [DispatchTable({**document, "rule": rule}) for document in documents
             for rule in ("local-regret-clamped", "local-regret")]

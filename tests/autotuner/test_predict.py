@@ -93,8 +93,10 @@ def test_no_prediction_of_a_shipped_table_is_below_the_bytes_at_the_copys_best_b
 
     from autotuner.lookup.select import load_shipped_tables
 
+    from tests.autotuner.shipped_picks import tables_to_replay
+
     rng = random.Random(3)
-    for table in load_shipped_tables():
+    for table in tables_to_replay():
         model = predict._model_of(table)
         for _ in range(3000):
             m, n = int(2 ** rng.uniform(0, 20)), int(2 ** rng.uniform(0, 24))
@@ -200,10 +202,10 @@ def _time_over_every_row(model, index: int, m: int, n: int) -> float | None:
 def test_the_model_reads_only_the_rows_it_needs_and_agrees_with_every_row():
     import random
 
-    from autotuner.lookup.select import load_shipped_tables
+    from tests.autotuner.shipped_picks import tables_to_replay
 
     rng = random.Random(11)
-    for table in [*CLASSIC_TABLES, *load_shipped_tables()]:
+    for table in [*CLASSIC_TABLES, *tables_to_replay()]:
         model = predict._Model(table)
         for _ in range(300):
             m = rng.choice([rng.randint(0, 40), rng.randint(1, 1 << 21)])
