@@ -120,11 +120,12 @@ def time_shape(timer: Any, m: int, n: int, dtype: str, choices: dict[str, tuple[
 
     distinct = {json.dumps(c, sort_keys=True): c for c in choices.values()}
     launches: dict[str, Any] = {}
+    failed: dict[str, str] = {}
     for key, (variant, config) in distinct.items():
         try:
             launches[key] = _launch({"variant": variant, "config": config}, dtype, n)
         except Exception as exc:  # a build that fails is a result, not the end of the run
-            launches[key] = f"ERR:{type(exc).__name__}"
+            failed[key] = f"ERR:{type(exc).__name__}"
     samples: dict[str, list[Any]] = {key: [] for key in [*distinct, "copy"]}
     for index in range(rounds):
         x = random_input(m, n, dtype)
@@ -134,8 +135,8 @@ def time_shape(timer: Any, m: int, n: int, dtype: str, choices: dict[str, tuple[
             try:
                 if key == "copy":
                     samples[key].append(copy_reference(timer, x, out).median_us)
-                elif isinstance(launches[key], str):
-                    samples[key].append(launches[key])
+                elif key in failed:
+                    samples[key].append(failed[key])
                 else:
                     samples[key].append(_timed(timer, x, dtype, launches[key]))
             except Exception as exc:

@@ -42,3 +42,60 @@ def test_summary_divides_each_label_by_the_measured_pick(tmp_path):
     assert summary["predicted"]["vs_measured_geomean"] == 1.1 and summary["predicted"]["shapes"] == 1
     assert abs(summary["torch"]["vs_measured_geomean"] - (2 * 4) ** 0.5) < 1e-3
     assert summary["measured"]["of_copy_geomean"] == 0.5
+
+
+def test_a_shape_times_each_distinct_pick_once_per_round_and_reports_failures(monkeypatch):
+    """``time_shape`` with the GPU parts replaced: picks that coincide are timed once and share the
+    time; a pick that fails to build is reported in its column, the others still timed."""
+    import torch
+
+    from autotuner.tune import measure
+    from bench.probes import pick_pairs
+    from kernels import reference
+
+    built = []
+
+    def fake_launch(choice, dtype, n):
+        built.append(choice["variant"])
+        if choice["variant"] == "broken":
+            raise RuntimeError("no such kernel here")
+        return choice["variant"]
+
+    speeds = {"fast": 10.0, "slow": 30.0}
+    monkeypatch.setattr(pick_pairs, "_launch", fake_launch)
+    monkeypatch.setattr(pick_pairs, "_timed", lambda timer, x, dtype, launch: speeds[launch])
+    monkeypatch.setattr(measure, "copy_reference", lambda timer, x, out: type("T", (), {"median_us": 5.0})())
+    monkeypatch.setattr(reference, "random_input", lambda m, n, dtype: torch.zeros(m, n))
+    choices = {"measured": ("fast", {"block": 1}), "predicted": ("fast", {"block": 1}),
+               "copied": ("slow", {}), "torch": ("broken", {})}
+    row = predicted_picks.time_shape(None, 3, 8, "bf16", choices, rounds=2)
+    assert sorted(built) == ["broken", "fast", "slow"]  # each distinct pick built once
+    assert row["measured_us"] == row["predicted_us"] == 10.0 and row["copied_us"] == 30.0
+    assert row["torch_us"] == "ERR:RuntimeError" and row["copy_us"] == 5.0
+    assert row["measured_pick"] == "fast[block=1]"
+
+
+def test_the_command_times_its_part_of_the_shapes_and_writes_the_csv(monkeypatch, tmp_path, capsys):
+    import json
+    import sys
+
+    from autotuner.tune import timing
+
+    timed = []
+
+    def fake_time_shape(timer, m, n, dtype, choices, rounds):
+        timed.append((dtype, m, n))
+        return {"copy_us": 1.0, **{f"{label}_pick": choice[0] for label, choice in choices.items()},
+                **{f"{label}_us": 2.0 if label == "torch" else 1.0 for label in choices}}
+
+    monkeypatch.setattr(predicted_picks, "time_shape", fake_time_shape)
+    monkeypatch.setattr(timing, "Timer", lambda *args, **kwargs: None)
+    out = tmp_path / "part.csv"
+    monkeypatch.setattr(sys, "argv", ["predicted_picks", "--gpu", "h100", "--shapes", "4", "--seed", "3",
+                                      "--labels", "copied,torch", "--part", "2/3", "--out", str(out)])
+    predicted_picks.main()
+    every = [(dtype, m, n) for m, n in predicted_picks.random_shapes(4, 3) for dtype in predicted_picks.DTYPES]
+    assert timed == every[1::3]
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["shapes"] == 4 and summary["torch"]["vs_measured_geomean"] == 2.0
+    assert summary["copied"]["vs_measured_geomean"] == 1.0  # measured is always timed, as the baseline
