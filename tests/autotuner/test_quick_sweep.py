@@ -3,6 +3,7 @@ predicted from the H200's recordings alone, the quick strategy's shapes and cand
 replay through the real sweep loop, then the refit; its picks scored on every H100 measurement."""
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from autotuner.fit.predict_table import predict_document
 from autotuner.fit.quick import QUICK_SOURCE, label, predictions_of, refit_after_quick
 from autotuner.fit.samples import load_samples, recording_paths
 from autotuner.lookup.gpu import GpuInfo
-from autotuner.lookup.gpu_models import GPU_MODELS
+from autotuner.lookup.gpu_models import GPU_MODELS, runs_on
 from autotuner.tune.measure import WorkItem
 from autotuner.tune.strategy import QuickStrategy, prediction_margin, run_strategy
 from autotuner.tune.sweep import Candidate, Sweep
@@ -92,3 +93,28 @@ def test_a_replayed_quick_sweep_measures_few_items_and_its_refit_picks_no_worse(
     before_here, _ = pick_regrets(predicted, at_swept, "h100")
     after_here, _ = pick_regrets(quick, at_swept, "h100")
     assert summarize_regret(after_here, "")["geomean"] < summarize_regret(before_here, "")["geomean"]
+
+
+def test_the_quick_sweep_command_measures_the_strategys_items_and_stores_the_refit(tmp_path):
+    """``autotuner sweep --quick`` end to end on a fake A100 (its shipped predicted table): every real
+    variant made available and timed by a fake measurer; the quick-sweep table stored as current."""
+    import os
+    import subprocess
+    import sys
+
+    db = tmp_path / "quick.sqlite"
+    env = {**os.environ, "AUTOTUNER_FAKE_GPU": "a100", "COLUMNS": "300", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "autotuner", "sweep", "--quick", "--gpu", "a100", "--db", str(db),
+                           "--dtype", "bf16", "--budget", "120s", "--measurer", "tests.autotuner.fakes:AnyCandidateMeasurer",
+                           "--setup", "tests.autotuner.fakes:every_variant_available"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "quick round 1:" in done.stderr and "a100/bf16: quick-sweep table stored" in done.stderr
+    with sqlite3.connect(db) as connection:  # a few candidates per shape, not every one that applies
+        shapes, timed = connection.execute("SELECT COUNT(DISTINCT m || 'x' || n), COUNT(*) FROM measurements").fetchone()
+    assert 20 <= shapes <= 60 and timed <= 7 * shapes
+    with Session(make_engine(str(db), create=False)) as session:
+        tables = queries.current_tables(session, "a100")
+        assert [t.payload["source"] for t in tables] == [QUICK_SOURCE]
+        assert tables[0].payload["measured_shapes"] == shapes
+        assert all(runs_on(c["requires"], GPU_MODELS["a100"]) for c in tables[0].payload["candidates"])
