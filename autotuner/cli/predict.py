@@ -49,10 +49,17 @@ def predict(
     report = Table("held-out gpu", "dtype", "predicted regret", "copied", "torch_softmax", "misses")
     for held_out, per_dtype in scores.items():
         for dt, score in per_dtype.items():
-            if isinstance(score, dict) and "predicted" in score:
+            if isinstance(score, dict) and "predicted" in score:  # the dtypes' entries
                 report.add_row(held_out, dt, *(f"{score[k]['geomean']:.4f}" for k in ("predicted", "copied", "torch")),
                                str(score["predicted"]["misses"]))
     print_table(report)
+    errors = Table("gpu", "time predicted/measured", "bias", "size", "p90", "count")
+    for gpu, per_dtype in scores.items():
+        for what, key in (("in sample", "in_sample_error"), (f"model from {', '.join(per_dtype['from'])}", "model_error"),
+                          (f"moved from {', '.join(per_dtype['from'])}", "transfer_error")):
+            error = per_dtype[key]
+            errors.add_row(gpu, what, *(f"{error[k]}" for k in ("geomean", "abs_geomean", "p90", "count")))
+    print_table(errors)
     print_table(_files(written))
 
 

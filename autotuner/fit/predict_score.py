@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from autotuner.fit.fit import Observation, build_document, summarize_regret
-from autotuner.fit.perfmodel import fit_model, ratio_summary
+from autotuner.fit.perfmodel import PerfModel, fit_model, ratio_summary
 from autotuner.fit.predict_table import kernel_limits, predict_document, write_predicted_tables
 from autotuner.fit.samples import Sample, load_samples, recording_paths
 from autotuner.lookup.gpu_models import GPU_MODELS
@@ -81,9 +81,8 @@ def leave_one_gpu_out(samples: Sequence[Sample], dtypes: Sequence[str]) -> dict[
         spec = GPU_MODELS[held_out]
         model = fit_model(others, {g: GPU_MODELS[g] for g in donors})
         own = [s for s in samples if s.gpu == held_out]
-        errors = [model.predict(s.variant, s.config_key, s.dtype, s.m, s.n, s.resources, spec) / s.median_us
-                  for s in own if (s.variant, s.config_key, s.dtype) in model.candidates]
-        per_dtype: dict[str, Any] = {"model_error": ratio_summary(errors), "from": donors}
+        per_dtype: dict[str, Any] = {"model_error": model_error(model, own), "from": donors,
+                                     "transfer_error": transfer_error(model, others, own)}
         for dtype in dtypes:
             measured = measured_by_shape(samples, held_out, dtype)
             if not measured:
@@ -97,6 +96,25 @@ def leave_one_gpu_out(samples: Sequence[Sample], dtypes: Sequence[str]) -> dict[
             }
         scores[held_out] = per_dtype
     return scores
+
+
+def model_error(model: PerfModel, samples: Sequence[Sample]) -> dict[str, Any]:
+    """predicted / measured of the model alone (``PerfModel.predict``) on ``samples``."""
+    return ratio_summary([model.predict(s.variant, s.config_key, s.dtype, s.m, s.n, s.resources, GPU_MODELS[s.gpu]) / s.median_us
+                          for s in samples if (s.variant, s.config_key, s.dtype) in model.candidates])
+
+
+def transfer_error(model: PerfModel, donors: Sequence[Sample], samples: Sequence[Sample]) -> dict[str, Any]:
+    """predicted / measured of each of ``samples`` moved from a donor's time at the same candidate and
+    shape (``PerfModel.transfer``), as a predicted table's times are, before the shape's mean ratio."""
+    measured = {(s.variant, s.config_key, s.dtype, s.m, s.n): s for s in samples}
+    ratios = []
+    for donor in donors:
+        target = measured.get((donor.variant, donor.config_key, donor.dtype, donor.m, donor.n))
+        moved = model.transfer(donor, GPU_MODELS[target.gpu], GPU_MODELS[donor.gpu]) if target else None
+        if moved is not None:
+            ratios.append(moved / target.median_us)
+    return ratio_summary(ratios)
 
 
 def expected_regret(scores: Mapping[str, Mapping[str, Any]], dtype: str) -> dict[str, Any]:
@@ -120,5 +138,9 @@ def regenerate(root: Path, folder: Path, gpus: Sequence[str] | None = None, dtyp
     measured = {s.gpu for s in samples}
     targets = [g for g in GPU_MODELS if g not in measured] if gpus is None else list(gpus)
     scores = leave_one_gpu_out(samples, dtypes)
-    written = write_predicted_tables(samples, folder, targets, dtypes, {dt: expected_regret(scores, dt) for dt in dtypes})
+    model = fit_model(samples, {g: GPU_MODELS[g] for g in measured if g in GPU_MODELS})
+    for gpu in scores:
+        scores[gpu]["in_sample_error"] = model_error(model, [s for s in samples if s.gpu == gpu])
+    written = write_predicted_tables(samples, folder, targets, dtypes, {dt: expected_regret(scores, dt) for dt in dtypes},
+                                     model=model)
     return written, scores

@@ -121,13 +121,14 @@ def predict_document(samples: Sequence[Sample], target: GpuSpec, dtype: str, *, 
 
 
 def write_predicted_tables(samples: Sequence[Sample], folder: Path, gpus: Iterable[str], dtypes: Sequence[str],
-                           expected_regret: Mapping[str, Mapping[str, Any]], timing_method: str = "cold") -> list[Path]:
+                           expected_regret: Mapping[str, Mapping[str, Any]], timing_method: str = "cold",
+                           model: PerfModel | None = None) -> list[Path]:
     """``predict_document`` for every (GPU, dtype), written as ``<gpu>_<dtype>_<method>.json``; one
-    model fitted on every sample serves them all."""
+    model (``model``, or one fitted on every sample) serves them all."""
     import json
 
     donors = sorted({s.gpu for s in samples if s.gpu in GPU_MODELS})
-    model = fit_model(samples, {g: GPU_MODELS[g] for g in donors})
+    model = model or fit_model(samples, {g: GPU_MODELS[g] for g in donors})
     written = []
     for gpu in gpus:
         for dtype in dtypes:

@@ -137,3 +137,15 @@ def test_transfer_scales_dram_bound_time_with_bandwidth_and_never_undercuts_the_
     fast = Sample("h100", "fp32", "k", "", 4096, 65536, 1.0, Resources())  # a recorded time below any floor
     assert model.transfer(fast, GPU_MODELS["l4"], GPU_MODELS["h100"]) >= copy_floor_us(4096, 65536, "fp32", GPU_MODELS["l4"])
     assert math.isclose(model.transfer(sample, GPU_MODELS["h100"], GPU_MODELS["h100"]), 800.0)
+
+
+@pytest.mark.parametrize("args, named", [
+    ([], "--gpu MODEL"), (["--gpu", "a100", "--all"], "--gpu MODEL"),
+    (["--gpu", "tpu9"], "listed models: a100"), (["--all", "--recording", "nowhere.json.gz"], "nowhere.json.gz")])
+def test_predict_refuses_bad_flags_naming_what_is_accepted(args, named):
+    from typer.testing import CliRunner
+
+    from autotuner.cli import app
+
+    result = CliRunner().invoke(app, ["predict", *args])
+    assert result.exit_code == 2 and named in result.output, result.output
