@@ -241,7 +241,7 @@ def prediction_margin(times: Mapping[str, float]) -> float:
 @dataclass
 class QuickStrategy:
     """``sweep --quick``: where a predicted table (``autotuner predict``) is least sure, its pick and
-    runners-up. Round 1: the ``shapes`` predicted points of smallest ``prediction_margin``, each at
+    runners-up. Round 1: per dtype, the ``shapes`` predicted points of smallest ``prediction_margin``, each at
     least ``spacing`` (log2 units of M and N together) from the others of its dtype, so the few shapes
     spread over the domain; at each, the ``width`` fastest predicted candidates and any within
     ``DEFAULT_THRESHOLD`` of the pick (``candidates_at``). Round 2: where the measured winner was
@@ -250,7 +250,7 @@ class QuickStrategy:
     The fit then corrects the prediction with what was measured (``autotuner/fit/quick.py``)."""
 
     predictions: Predictions
-    shapes: int = 40  # per round, over every dtype
+    shapes: int = 40  # round 1's shapes per dtype (round 2: half as many)
     width: int = 3
     spacing: float = 1.5
     name: str = "quick"
@@ -279,13 +279,16 @@ class QuickStrategy:
         return min(times, key=times.get) != min(predicted, key=predicted.get)
 
     def _take(self, ranked: Sequence[Shape], count: int, apart_from: list[Shape]) -> list[Shape]:
+        """Up to ``count`` shapes of each dtype from ``ranked``, in its order, spaced apart."""
         taken: list[Shape] = []
+        per_dtype: dict[str, int] = {}
         for shape in ranked:
-            if len(taken) >= count:
-                break
+            if per_dtype.get(shape[2], 0) >= count:
+                continue
             if any(other[2] == shape[2] and _log_distance(shape, other) < self.spacing for other in [*apart_from, *taken]):
                 continue
             taken.append(shape)
+            per_dtype[shape[2]] = per_dtype.get(shape[2], 0) + 1
             times = self.predictions[shape]
             best = min(times.values())
             ordered = sorted(times, key=times.get)
