@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from autotuner.fit.fit import Observation, build_document, summarize_regret
 from autotuner.fit.perfmodel import PerfModel, fit_model, ratio_summary
-from autotuner.fit.predict_table import kernel_limits, predict_document, write_predicted_tables
+from autotuner.fit.predict_table import donor_weight, kernel_limits, predict_document, write_predicted_tables
 from autotuner.fit.samples import Sample, load_samples, recording_paths
 from autotuner.lookup.gpu_models import GPU_MODELS
 from autotuner.lookup.select import FALLBACK_VARIANT, TableStore
@@ -79,6 +79,7 @@ def leave_one_gpu_out(samples: Sequence[Sample], dtypes: Sequence[str]) -> dict[
         if not donors:
             continue
         spec = GPU_MODELS[held_out]
+        nearest = max(donors, key=lambda g: donor_weight(GPU_MODELS[g], spec))  # the table a copy would come from
         model = fit_model(others, {g: GPU_MODELS[g] for g in donors})
         own = [s for s in samples if s.gpu == held_out]
         per_dtype: dict[str, Any] = {"model_error": model_error(model, own), "from": donors,
@@ -88,10 +89,10 @@ def leave_one_gpu_out(samples: Sequence[Sample], dtypes: Sequence[str]) -> dict[
             if not measured:
                 continue
             predicted, misses = pick_regrets(predict_document(others, spec, dtype, model=model), measured, held_out)
-            copied, copy_misses = pick_regrets(measured_document(others, donors[0], dtype), measured, held_out)
+            copied, copy_misses = pick_regrets(measured_document(others, nearest, dtype), measured, held_out)
             per_dtype[dtype] = {
                 "predicted": summarize_regret(predicted, "leave-one-gpu-out", misses),
-                "copied": summarize_regret(copied, f"copied from {donors[0]}", copy_misses),
+                "copied": summarize_regret(copied, f"copied from {nearest}", copy_misses),
                 "torch": summarize_regret(torch_regrets(measured), "torch_softmax"),
             }
         scores[held_out] = per_dtype
