@@ -1,6 +1,6 @@
 """Softmax kernel-selection autotuner: sweep, fit, lookup, run.
 
-``select_kernel`` imports neither torch nor CuPy; ``softmax`` imports torch when first called.
+``select_kernel`` imports neither torch nor CuPy; ``softmax`` imports torch when first accessed, ``warmup`` when called.
 """
 from __future__ import annotations
 
@@ -8,24 +8,48 @@ from typing import Any
 
 from autotuner.lookup.select import KernelChoice, add_table_source, select_kernel
 
-__all__ = ["KernelChoice", "select_kernel", "softmax"]
+__all__ = ["KernelChoice", "__version__", "select_kernel", "softmax", "warmup"]
 
 
-def softmax(x: Any, dim: int = -1) -> Any:
-    """Softmax over ``dim`` with the kernel the dispatch table picks for this GPU and shape."""
-    from autotuner.runtime import softmax as _softmax
+def __getattr__(name: str) -> Any:
+    """``autotuner.softmax`` is ``autotuner.runtime.softmax`` itself (no wrapper's call on the hot
+    path), imported, with torch, on its first access; ``__version__`` from the package metadata."""
+    if name == "softmax":
+        from autotuner.runtime import softmax
 
-    return _softmax(x, dim)
+        globals()["softmax"] = softmax
+        return softmax
+    if name == "__version__":  # read on first access: importlib.metadata costs the lookup's import several ms
+        from autotuner._version import package_version
+
+        return package_version()
+    raise AttributeError(f"module 'autotuner' has no attribute {name!r}")
+
+
+def warmup(gpu: str | None = None, dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16"), progress: Any = None,
+           native: bool = True) -> dict[str, Any]:
+    """Compile every kernel instance the GPU's tables can pick and build the native launch module,
+    so that a server's first requests pay no compile (``autotuner.runtime_warmup.warmup``)."""
+    from autotuner.runtime_warmup import warmup as _warmup
+
+    return _warmup(gpu, dtypes, progress, native)
 
 
 def _default_database_tables() -> list[Any]:
-    # called when the default store is first built; SQLAlchemy is imported only where a database file
-    # exists (db.location answers that without it), so a lookup with no database never loads it
-    from db.location import chosen_database_url, missing_sqlite_file
+    # called when the default store is first built. Where the database is an SQLite file, ``fit`` has
+    # written its current tables beside it as files, read here without SQLAlchemy (about 0.6 s of
+    # imports); SQLAlchemy is imported only for a database without them (another server, or tables
+    # fitted before the files were written), and never where no database file exists
+    from pathlib import Path
+
+    from autotuner.lookup.select import fitted_table_files, load_fitted_tables
+    from db.location import SQLITE_PREFIX, chosen_database_url, missing_sqlite_file
 
     url = chosen_database_url()
     if missing_sqlite_file(url):
         return []
+    if url.startswith(SQLITE_PREFIX) and fitted_table_files(Path(url.removeprefix(SQLITE_PREFIX))):
+        return load_fitted_tables(Path(url.removeprefix(SQLITE_PREFIX)))
     try:
         from autotuner.records.store import default_database_tables
     except ImportError as exc:  # a database but no SQLAlchemy: the shipped tables still answer

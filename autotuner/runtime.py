@@ -1,42 +1,50 @@
 """``softmax(x, dim=-1)``: run the kernel the dispatch table picks for this GPU and shape.
 
-Host time is the point here: a small softmax takes a few microseconds of GPU time, so every call
-path is kept short. Compiled builds are cached per (variant, config, dtype, N) and plans per
-(device index, (M, N), dtype).
+Host time is the point here: a small softmax takes a few microseconds of GPU time, and inference
+runtimes meet new shapes on most calls (growing key lengths, continuous batching), so a new shape
+must cost arithmetic, never a compile or a recording.
 
-- Fast path: a 2-D contiguous CUDA tensor over its last dimension whose plan exists. One dict probe,
-  the plan: allocate the output, check the current device, launch. Plans exist only for a validated
-  dtype on a CUDA device with M, N > 0, so nothing else is checked.
-- A plan (``kernels.replay_plan``) replays its build's launches: when it is made, the build's
-  ``launch(x, out)`` is recorded by the CUDA and Triton launch layers, and where that is safe (every
-  launch recorded, no workspace pointer, no torch op, two recordings alike) the plan issues those
-  launches itself with only the two data pointers and the stream filled in per call. A buffer a
-  kernel keeps per stream (``cuda_grid_split``'s slots) is replayed as recorded while the current
-  stream is the recorded one. Otherwise (and for pointers not 16-byte aligned, another stream there,
-  or with a Triton launch hook registered) it calls ``launch``.
-- Everything else (another dim or rank, a non-contiguous tensor, a first call, M or N = 0, CPU
-  tensors) goes through ``_softmax_impl``: validate, lay the rows out as a 2-D contiguous tensor, make
-  the plan. CPU tensors are handed to ``torch.softmax`` (no kernel of ours runs there).
+- Kernel instances: one build per (variant, config, dtype) (``build_for``), compiled on first use or
+  by ``autotuner.warmup``; a build launches every (M, N) its config admits (``kernels.base.Build``).
+- A call on 2-D contiguous rows of a CUDA tensor asks ``select_kernel`` for the pick, takes the
+  pick's instance and its launch arithmetic for (M, N) (``Build.native``), and issues it through
+  the native launch module (``kernels.native``): one C call allocates the output and launches.
+- Recent shapes: the native launches of the last calls are kept per (device, shape, dtype), at most
+  ``RECENT_SHAPES`` of them (cleared when full), so a repeated shape costs one dict probe and that C
+  call. An entry is used only while its device is current, on its stream where it holds a stream's
+  buffer, and while its guard holds (no Triton launch hook).
+- The Python path: where the module is not built (yet: it builds in the background on first use),
+  the instance has no native description for (M, N), or the pointers are not 16-byte aligned, the
+  call allocates with torch and calls the build's ``launch``. Same result, more host time.
+- Everything else (another dim or rank, a non-contiguous tensor, M or N = 0, CPU tensors) goes
+  through ``_softmax_impl``: validate, lay the rows out as a 2-D contiguous tensor, launch. CPU
+  tensors are handed to ``torch.softmax`` (no kernel of ours runs there).
 
-``torch.compile`` sees ``torch.ops.autotuner.softmax``, a custom op whose body is the same path.
+Every cache here is bounded by the kernel instances (builds, GPU keys per device) or by
+``RECENT_SHAPES``, never by the shapes met. ``torch.compile`` sees ``torch.ops.autotuner.softmax``,
+a custom op whose body is the same path.
 """
 from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from autotuner.lookup.gpu import normalize_gpu_name
 from autotuner.lookup.select import select_kernel
-from kernels.replay_plan import plan_for_build
+from kernels import native as native_loader
 
-_builds: dict[tuple[str, str, str, int], Any] = {}
-# (device index, (m, n), torch dtype) -> plan(rows) -> out, for m > 0 and n > 0 on a CUDA device
-_plans: dict[tuple[int, tuple[int, int], Any], Callable[[Any], Any]] = {}
+RECENT_SHAPES = 1024  # native launches kept for repeated shapes (a bounded memo, cleared when full)
+
+# (variant, config items, dtype) -> build: bounded by the tables' candidates
+_builds: dict[tuple[str, tuple, str], Any] = {}
+# (device index, shape, torch dtype) -> (native plan, stream it is bound to or None, guard or None)
+_recent: dict[tuple[int, Any, Any], tuple[Any, int | None, Any]] = {}
 _gpu_keys: dict[int, str] = {}
 _lock = threading.Lock()
+_native_failed: list[str] = []  # the native module's first failure, after which it is not used
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
@@ -44,6 +52,12 @@ _DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "b
 # per call. torch.compile recognises is_compiling by identity, so the alias folds to True there.
 _is_compiling = torch.compiler.is_compiling
 _Tensor = torch.Tensor
+_empty_like = torch.empty_like
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: torch.cuda.current_device())
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
+_native_run: Any = None  # the loaded module's run(x, stream, plan), bound once it is loaded
+_module_loaded: Any = None  # the module, once loaded (reset with _native_run where it fails)
 
 
 def _gpu_key(index: int) -> str:
@@ -53,18 +67,20 @@ def _gpu_key(index: int) -> str:
     return key
 
 
-def build_for(variant_name: str, config: dict[str, Any], dtype: str, n: int) -> Any:
-    """The cached build of one choice; compiled on first use. A choice this host cannot run (CuPy
-    missing, a variant unknown to this version) is replaced by torch.softmax, with one warning."""
+def build_for(variant_name: str, config: dict[str, Any], dtype: str, n: int | None = None) -> Any:
+    """The build (kernel instance) of one choice, compiled on first use and kept; ``n`` is a hint
+    for a first compile (the row length its resources are reported for). A choice this host cannot
+    run (CuPy missing, a variant unknown to this version) is replaced by torch.softmax, with one
+    warning."""
     from kernels import KernelConfig, get_variant
 
-    config_obj = KernelConfig.from_dict(config)
-    key = (variant_name, config_obj.key, dtype, n)
+    key = (variant_name, tuple(config.items()), dtype)
     build = _builds.get(key)
     if build is None:
         with _lock:
             build = _builds.get(key)
             if build is None:
+                config_obj = KernelConfig.from_dict(config)
                 try:
                     variant = get_variant(variant_name)
                     support = variant.available()
@@ -74,8 +90,82 @@ def build_for(variant_name: str, config: dict[str, Any], dtype: str, n: int) -> 
                     warnings.warn(f"dispatch chose {variant_name}, which cannot run here ({exc}); "
                                   f"using torch.softmax instead", RuntimeWarning, stacklevel=3)
                     variant, config_obj = get_variant("torch_softmax"), KernelConfig()
-                build = _builds[key] = variant.build(config_obj, dtype, n)
+                hint = n or max(1, variant.constraints(config_obj, dtype).get("n_min", 1))
+                build = _builds[key] = variant.build(config_obj, dtype, hint)
     return build
+
+
+def instance_for(device: int, m: int, n: int, dtype: str) -> Any:
+    """The build of the kernel ``select_kernel`` picks for (m, n) on ``device``'s GPU."""
+    choice = select_kernel(m, n, dtype, gpu=_gpu_key(device))
+    build = _builds.get((choice.variant, choice.config_items, dtype))
+    if build is None:
+        with torch.cuda.device(device):  # compile and load on the rows' device
+            build = build_for(choice.variant, choice.config, dtype, n)
+    return build
+
+
+def native_module() -> Any:
+    """The native launch module where it is loaded and has not failed (see ``kernels.native``)."""
+    global _native_run, _module_loaded
+    if _native_failed:
+        return None
+    module = native_loader.load()
+    if module is not None and _native_run is None:
+        _native_run, _module_loaded = module.run, module
+    return module
+
+
+def _remember(key: tuple, entry: tuple) -> None:
+    if len(_recent) >= RECENT_SHAPES:
+        _recent.clear()  # cheap and rare; the working set refills at a new shape's cost each
+    _recent[key] = entry
+
+
+def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
+    """``rows``' softmax through the native module (``device`` current), or None where it cannot
+    take the call; the launches are kept for the shape (``_recent``)."""
+    global _module_loaded
+    module = _module_loaded or native_module()
+    guard = build.native_guard
+    if module is None or build.native is None or (guard is not None and not guard()):
+        return None
+    m, n = shape
+    stream = _raw_stream(device)
+    launches = build.native(device, stream, m, n)
+    if launches is None:
+        return None
+    try:
+        plan = module.make_plan(launches)
+        out = module.run(rows, stream, plan)
+    except (RuntimeError, SystemError, TypeError, ValueError) as exc:  # a module built wrong: Python path
+        _native_failed.append(f"{type(exc).__name__}: {exc}")
+        _module_loaded = None
+        _recent.clear()
+        warnings.warn(f"the native launch module failed ({_native_failed[0]}); softmax() takes the Python path",
+                      RuntimeWarning, stacklevel=4)
+        return None
+    if out is not None:
+        _remember((device, shape, rows.dtype), (plan, stream if build.stream_bound else None, guard))
+    return out
+
+
+def _launch(device: int, rows: Any, dtype: str) -> Any:
+    """The softmax of 2-D contiguous ``rows`` (M, N > 0) on ``device``, on its current stream."""
+    shape = rows.shape
+    build = instance_for(device, shape[0], shape[1], dtype)
+    if _current_device() != device:  # kernel handles and the stream are the current device's
+        with torch.cuda.device(device):
+            return _launch_current(device, rows, build, shape)
+    return _launch_current(device, rows, build, shape)
+
+
+def _launch_current(device: int, rows: Any, build: Any, shape: Any) -> Any:
+    out = _launch_native(device, rows, build, shape)
+    if out is None:
+        out = _empty_like(rows)
+        build.launch(rows, out)
+    return out
 
 
 def _validate(x: Any, dim: int) -> str:
@@ -91,21 +181,8 @@ def _validate(x: Any, dim: int) -> str:
     return dtype
 
 
-def _plan(device: int, rows: Any, dtype: str) -> Callable[[Any], Any]:
-    """The plan for rows' (device, shape, dtype), made once and then cached (m > 0 and n > 0)."""
-    m, n = rows.shape
-    key = (device, (m, n), rows.dtype)
-    plan = _plans.get(key)
-    if plan is None:
-        choice = select_kernel(m, n, dtype, gpu=_gpu_key(device))
-        with torch.cuda.device(device):  # compile and load on rows' device
-            build = build_for(choice.variant, choice.config, dtype, n)
-        plan = _plans[key] = plan_for_build(device, rows, build)
-    return plan
-
-
 def _softmax_impl(x: Any, dim: int) -> Any:
-    """The general path: validate, rows to 2-D contiguous, plan, launch on the current stream."""
+    """The general path: validate, rows to 2-D contiguous, launch on the current stream."""
     dtype = _validate(x, dim)
     if not x.is_cuda:
         return torch.softmax(x, dim=dim)
@@ -116,9 +193,8 @@ def _softmax_impl(x: Any, dim: int) -> Any:
         rows = x
     else:
         rows = moved.reshape(-1, n) if moved.is_contiguous() else moved.contiguous().reshape(-1, n)
-    m = rows.shape[0]
-    if m and n:
-        out = _plan(x.get_device(), rows, dtype)(rows)
+    if rows.shape[0] and n:
+        out = _launch(x.get_device(), rows, dtype)
     else:
         out = torch.empty_like(rows)  # nothing to compute: M = 0 launches nothing
     if rows is x:
@@ -153,11 +229,33 @@ def softmax(x: Any, dim: int = -1) -> Any:
     """Softmax over ``dim`` with the dispatched kernel (torch.softmax for CPU tensors)."""
     if _is_compiling():
         return _op(x, dim)
-    # eager: the fast path here, without the custom-op dispatcher's per-call cost
+    # eager: a repeated shape's kept native launch, without the custom-op dispatcher's per-call cost
     if type(x) is _Tensor and (dim == -1 or dim == 1):
         shape = x.shape
-        if len(shape) == 2:
-            plan = _plans.get((x.get_device(), shape, x.dtype))
-            if plan is not None and x.is_contiguous():
-                return plan(x)
+        if len(shape) == 2 and x.is_contiguous():
+            device = x.get_device()
+            entry = _recent.get((device, shape, x.dtype))
+            if entry is not None and _current_device() == device:
+                plan, bound, guard = entry
+                stream = _raw_stream(device)
+                if (bound is None or bound == stream) and (guard is None or guard()):
+                    out = _native_run(x, stream, plan)
+                    if out is not None:
+                        return out
+            dtype = _DTYPE_NAMES.get(x.dtype)
+            if dtype is not None and shape[0] and shape[1] and x.is_cuda:  # a new shape: no validation to redo
+                return _launch(device, x, dtype)
     return _softmax_impl(x, dim)
+
+
+def cache_sizes() -> dict[str, int]:
+    """Entries of every cache on softmax()'s path (this module's, the lookup's answers, the CUDA
+    layer's launchers and the Triton launchers' kernels): for benches and the bounded-memory test."""
+    from autotuner.lookup.select import default_store
+    from kernels.cuda import launch as cuda_launch
+    from kernels.triton_impl import launch as triton_launch
+
+    triton_kernels = sum(len(launcher.compiled) for launcher in triton_launch.all_launchers())
+    return {"builds": len(_builds), "recent_shapes": len(_recent), "gpu_keys": len(_gpu_keys),
+            "lookup_answers": len(default_store()._cache), "cuda_generic_launchers": len(cuda_launch._generic),
+            "triton_compiled_kernels": triton_kernels}

@@ -194,7 +194,9 @@ def regret(tables: dict[str, dict]) -> list[str]:
 
 
 def _rule_form(lookup: dict) -> str:
-    """Which form of the lookup rule the run timed (runs before 2026-11-26 did not say: Python)."""
+    """Which form of the lookup the run timed (runs before 2026-11-26 did not say: Python)."""
+    if lookup.get("lookup") == "decision-index":
+        return " (decision index)"
     return " (compiled rule)" if lookup.get("compiled_rule") else " (the rule's Python form)"
 
 

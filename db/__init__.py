@@ -13,6 +13,7 @@ from typing import Any
 
 _HOMES = {
     "DatabaseError": "db.engine", "DatabasePathError": "db.engine", "EmptyDatabaseError": "db.engine",
+    "MissingDatabaseError": "db.engine", "reader_engine": "db.engine",
     "make_engine": "db.engine", "resolve_database_url": "db.engine",
     "transaction": "db.engine", "default_database_path": "db.location",
     **{name: "db.models" for name in ("Base", "CandidateRow", "CopyReference", "DispatchTableRow", "Environment",

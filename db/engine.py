@@ -10,6 +10,7 @@ is refused with a :class:`DatabaseError` that names the file and what was expect
 from __future__ import annotations
 
 import logging
+import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,11 +36,15 @@ class DatabaseError(RuntimeError):
 
 
 class DatabasePathError(DatabaseError):
-    """The database path itself cannot be used (its folder cannot be created)."""
+    """The database path itself cannot be used (a directory, or its folder cannot be created)."""
 
 
 class EmptyDatabaseError(DatabaseError):
     """The database has no tables yet (a fresh install), where a reader asked not to create them."""
+
+
+class MissingDatabaseError(DatabasePathError):
+    """A reader (``create=False``) named an SQLite file that does not exist: nothing is created."""
 
 
 def resolve_database_url(url: str | None = None) -> str:
@@ -84,8 +89,13 @@ def make_engine(url: str | None = None, *, create: bool = True, check: bool = Tr
     is_sqlite = parsed.get_backend_name() == "sqlite"
     if is_sqlite and parsed.database and parsed.database != ":memory:":
         path = Path(parsed.database)
+        if not create and check and not path.exists():
+            raise MissingDatabaseError(f"no database at {path}; check --db or ${ENV_VAR} "
+                                       f"(a command that only reads creates none)")
+        if not create and check and path.is_file() and path.stat().st_size == 0:  # connecting would write a header
+            raise EmptyDatabaseError(f"database {path} is empty; run `autotuner sweep` to fill it")
         if path.exists() and path.is_dir():
-            raise DatabaseError(f"database path {path} is a directory, expected an SQLite file")
+            raise DatabasePathError(f"database path {path} is a directory, expected an SQLite file")
         if path.exists() and path.stat().st_size > 0:
             with open(path, "rb") as handle:
                 if handle.read(16) != b"SQLite format 3\x00":
@@ -122,6 +132,21 @@ def make_engine(url: str | None = None, *, create: bool = True, check: bool = Tr
         engine.dispose()
         raise
     return engine
+
+
+def reader_engine(url: str | None = None) -> Engine | None:
+    """An engine for a command that only reads: never creates a file, folder or table. None where the
+    database is empty, or is the default one (no ``url``, no ``$AUTOTUNER_DB``) and does not exist yet
+    (a fresh install reads as empty); a database named explicitly that does not exist raises
+    :class:`MissingDatabaseError` (a typo must not read as "nothing measured")."""
+    try:
+        return make_engine(url, create=False)
+    except EmptyDatabaseError:
+        return None
+    except MissingDatabaseError:
+        if url is None and not os.environ.get(ENV_VAR):
+            return None
+        raise
 
 
 def check_schema(engine: Engine, *, create: bool) -> None:

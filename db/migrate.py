@@ -40,6 +40,11 @@ def head_revision() -> str:
     return head
 
 
+def known_revisions() -> frozenset[str]:
+    """Every revision id under ``db/migrations/versions``."""
+    return frozenset(script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions())
+
+
 def revision_of_version(schema_version: str | int) -> str:
     return f"{int(schema_version):04d}"
 

@@ -2,8 +2,8 @@
 
 A *variant* is one algorithm (warp-per-row, split-row, Triton tiled, ...). A *config* is one set of
 launch parameters of that variant (block size, elements per thread, num_warps, ...). A *build* is a
-variant compiled for one (config, dtype): the thing that launches, plus the resources the compiler and
-the driver report for it.
+variant compiled for one (config, dtype), a kernel instance: the thing that launches any shape the
+config admits, plus the resources the compiler and the driver report for it.
 
 Contracts, for every variant:
 - input ``x`` is a 2-D CUDA tensor (M, N) of the declared dtype, contiguous in its last dimension; the
@@ -84,10 +84,14 @@ class KernelConfig:
         return cls(tuple(items))
 
     def __getitem__(self, name: str) -> Any:
-        for key, value in self.params:
-            if key == name:
-                return value
-        raise KeyError(name)
+        # a dict of the params, made on first use: launch geometry reads a config on every call
+        try:
+            return self.__dict__["_by_name"][name]
+        except KeyError:
+            if "_by_name" in self.__dict__:
+                raise
+        object.__setattr__(self, "_by_name", dict(self.params))
+        return self.__dict__["_by_name"][name]
 
     def get(self, name: str, default: Any = None) -> Any:
         try:
@@ -153,13 +157,29 @@ class Resources:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+# ``Build.native(device, stream, m, n)``: the launches of an (m, n) call on ``device`` (current)
+# and ``stream`` as the native launch module takes them (``kernels.native``), or None where the
+# call must go through ``launch``.
+NativeGeometry = Callable[[int, int, int, int], "tuple | None"]
+
+
 @dataclass
 class Build:
-    """A compiled (variant, config, dtype). ``launch(x, out)`` enqueues the softmax of x into out.
+    """A compiled (variant, config, dtype) instance. ``launch(x, out)`` enqueues the softmax of x into
+    out for any (M, N) the config admits: grid, block, shared memory and arguments are worked out per
+    call from the shape, never compiled or recorded per shape (a Triton kernel is specialised per
+    power-of-two BLOCK and N's alignment, so per bucket, never per N).
 
-    ``resources`` may depend on N for kernels whose dynamic shared memory is sized from N; the variant
-    reports the figures for the N it was built for (``n_hint``) and recomputes occupancy per launch
-    shape only in ``resources_for``.
+    ``native`` (optional) is the same launch arithmetic as data: ``native(device, stream, m, n)``
+    gives the call's launches as the native module takes them (``kernels.native``: function
+    handle, grid, block, shared memory, packed arguments with the x and out slots), or None where
+    that call must go through ``launch`` (a kernel not compiled yet for N's bucket, a workspace that
+    may move). ``stream_bound``: those launches hold a buffer of ``stream`` and are valid on it
+    only (``kernels/cuda/slot_workspace.py``). ``native_guard``: a check that must hold whenever
+    launches so described are issued (Triton: no launch hook registered, which they would skip).
+
+    ``resources`` may depend on N for kernels whose dynamic shared memory or block size depend on
+    N; the variant reports them for the ``n`` ``build`` was given, a hint for that report only.
     """
 
     variant: str
@@ -167,6 +187,9 @@ class Build:
     dtype: str
     launch: Callable[[Any, Any], None]
     resources: Resources = field(default_factory=Resources)
+    native: NativeGeometry | None = None
+    stream_bound: bool = False
+    native_guard: Callable[[], bool] | None = None
 
 
 class Variant(ABC):
@@ -222,7 +245,9 @@ class Variant(ABC):
 
     @abstractmethod
     def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
-        """Compile (cached) and return a launchable build for rows of length ``n``."""
+        """Compile (cached) and return the build of (config, dtype), which launches every (M, N) the
+        config admits. ``n`` is a hint: the row length ``resources`` are reported for (and the
+        first Triton bucket compiled); the build is no less valid for other N."""
 
     def source_hash(self) -> str:
         """Hash of everything that defines the generated code; stored with every measurement. A

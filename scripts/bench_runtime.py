@@ -12,34 +12,26 @@ dispatch table (``auto``: the current device's). Without a GPU only the lookup f
 
 Lookup (any machine): first lookup = a shape not yet cached (tables already loaded); warm = repeat;
 over 2000 bf16 shapes (m = 3 + i, n = 1000 + 7 i). The summary compares the medians with their
-targets: first lookup <= 10 us, warm <= 0.5 us; ``compiled_rule`` says whether the lookup's compiled
-rule (``autotuner/lookup/_fastrule*.c``, built by ``pip install -e .``) answered.
+targets: first lookup <= 10 us, warm <= 0.5 us (a first lookup reads the table's decision index:
+``autotuner/lookup/table.py``).
 
 Host overhead: wall time per call of N enqueues without synchronisation (N = 2000, fewer where the
 GPU time would fill the launch queue), median over interleaved rounds, for
 
-- ``softmax_us``: ``autotuner.runtime.softmax(x)``, the goal's figure (output allocated per call);
+- ``softmax_us``: ``autotuner.runtime.softmax(x)``, the goal's figure (output allocated per call;
+  the shape's native launch kept after its first call, where the module is built: ``native`` says so;
+  the run builds the module first unless ``--no-native``, ``native_build`` says how long that took);
 - ``softmax_package_us``: ``autotuner.softmax(x)``, the package-level wrapper;
-- ``softmax_python_path_us`` (plans with the native module): the same plan without it, as a host
-  where the module is not built runs it (the run builds it first unless ``--no-native``;
-  ``native_build`` in the JSON says how long that took);
-- ``build_launch_us``: the build's ``launch(x, out)`` with the output preallocated;
-- ``raw_floor_us``: the same kernel launches, recorded from one ``launch(x, out)`` and issued again as
-  they were (CUDA: one ``cupy.cuda.driver.launchKernel`` call with the arguments packed once; Triton:
-  ``CompiledKernel.run`` with every argument pre-bound): the cheapest launch path there is, and the
-  one softmax() itself uses, so ``overhead_us = softmax_us - raw_floor_us`` compares like with like;
-- ``raw_cupy_us`` (CUDA kernels): CuPy's own ``RawKernel`` launch of the same kernel with prepared
-  numpy arguments and stream (the raw baseline of earlier runs);
-- ``raw_triton_getitem_us`` (Triton kernels): ``compiled_kernel[grid](*args)``, Triton's public launch
-  of a compiled kernel (stream lookup, launch metadata, hooks).
+- ``build_launch_us``: the build's ``launch(x, out)`` with the output preallocated (the Python path).
+
+New shapes are timed by ``python -m bench.dynamic_shapes``.
 
 ``torch_softmax_us``: ``torch.softmax(x, -1)`` timed the same way, interleaved with the others, and
 ``softmax_over_torch`` the ratio (target <= 1.10 at fp16 1x4096 and bf16 8x1024).
 
 Cases: the dispatched kernel for fp16 1x4096, bf16 8x1024, bf16 1x1024, fp32 4x4096, fp16 4096x32000 and fp32 1x262144 (a
-split-row shape), and forced split-row variants on small shapes (their plan pinned to that build).
-Every case also checks the fast path's output (and the replayed raw launches' output) against a
-float64 reference. The checks section covers non-contiguous, N-D, dim 0, M = 0, misaligned input,
+split-row shape), and forced split-row variants on small shapes (launched through the runtime's path
+with that build). Every case also checks softmax's output against a float64 reference. The checks section covers non-contiguous, N-D, dim 0, M = 0, misaligned input,
 a side stream, threads, a Triton launch hook, CUDA-graph capture, torch.compile and, with two
 GPUs, a tensor on a non-current device. Any failure is reported in the JSON, never raised.
 """
@@ -88,10 +80,7 @@ def lookup_figures(gpu: str) -> dict:
         firsts.append((t1 - t0) / 1e3)
         warms.append((t2 - t1) / 1e3)
     p99 = int(0.99 * len(firsts))
-    from autotuner.lookup import regret
-
-    return {"compiled_rule": regret._fastrule is not None,  # autotuner/lookup/_fastrule*.c, where built
-            "first_lookup_us_median": statistics.median(firsts), "first_lookup_us_p99": sorted(firsts)[p99],
+    return {"lookup": "decision-index", "first_lookup_us_median": statistics.median(firsts), "first_lookup_us_p99": sorted(firsts)[p99],
             "warm_lookup_us_median": statistics.median(warms), "warm_lookup_us_p99": sorted(warms)[p99]}
 
 
@@ -142,101 +131,42 @@ def forced_build(variant_name: str, m: int, n: int, dtype: str):
     return configs[0], build_for(variant_name, configs[0].as_dict(), dtype, n)
 
 
-def record(launch, x, out) -> list:
-    """The launches one ``launch(x, out)`` issues, as the CUDA and Triton layers record them."""
-    from kernels.launch_record import recording
-
-    calls: list = []
-    with recording(calls):
-        launch(x, out)
-    return calls
-
-
-def cupy_raw(call):
-    """CuPy's own launch of a recorded CUDA launch: RawKernel's per-device Function with numpy
-    arguments and an ExternalStream, all prepared once."""
-    import cupy
-    import numpy as np
-
-    types = {"P": np.uint64, "Q": np.uint64, "q": np.int64, "I": np.uint32, "i": np.int32,
-             "f": np.float32, "d": np.float64, "H": np.uint16, "h": np.int16, "B": np.uint8, "b": np.int8}
-    function = call.launcher.function
-    kernel = function.kernel if hasattr(function, "kernel") else function
-    args = tuple(types[k](a) for k, a in zip(call.launcher.kinds, call.args))
-    stream = cupy.cuda.ExternalStream(call.stream)
-    grid, block, smem = call.grid, call.launcher.block, call.shared_mem
-    return lambda: kernel(grid, block, args, shared_mem=smem, stream=stream)
-
-
 def run_case(label: str, m: int, n: int, dtype: str, forced: str | None, rounds: int) -> dict:
     import torch
 
     import autotuner
     from autotuner import runtime, select_kernel
-    from kernels.cuda.loader import CudaLaunch
     from kernels.reference import check_softmax, random_input
-    from kernels.triton_impl.launch import TritonLaunch
 
     x = random_input(m, n, dtype)
     device = x.get_device()
     if forced:
         config, build = forced_build(forced, m, n, dtype)
-        runtime._plans[(device, (m, n), x.dtype)] = runtime.plan_for_build(device, x, build)
         variant, config = forced, config.as_dict()
+        softmax_call = lambda: _forced_call(runtime, build, x)  # noqa: E731
     else:
         choice = select_kernel(m, n, dtype)
         variant, config = choice.variant, choice.config
-        runtime.softmax(x)  # compiles, makes the plan
+        runtime.softmax(x)  # compiles the instance, keeps the shape's native launch
         build = runtime.build_for(variant, config, dtype, n)
-    plan = runtime._plans[(device, (m, n), x.dtype)]
-    result = {"variant": variant, "config": config, "plan_replays": bool(getattr(plan, "replays", False)),
-              "plan_native": bool(getattr(plan, "native", False))}
+        softmax_call = lambda: runtime.softmax(x)  # noqa: E731
+    key = (device, x.shape, x.dtype)
+    native = key in runtime._recent if not forced else build.native is not None and runtime.native_module() is not None
+    result = {"variant": variant, "config": config, "native": native}
 
-    y = runtime.softmax(x)
+    y = softmax_call()
     check = check_softmax(y, x, dtype)
     result["softmax_correct"] = check.ok
     result["softmax_check"] = check.message or f"max rel err {check.max_rel_error:.3g}"
 
     out = torch.empty_like(x)
     build.launch(x, out)
-    calls = record(build.launch, x, out)
-    result["launches"] = [type(c).__name__ if c is not None else "unrecorded" for c in calls]
     fns = {
-        "softmax_us": lambda: runtime.softmax(x),
+        "softmax_us": softmax_call,
         "torch_softmax_us": lambda: torch.softmax(x, -1),
-        "softmax_package_us": lambda: autotuner.softmax(x),
+        "softmax_package_us": (lambda: autotuner.softmax(x)) if not forced else softmax_call,
         "build_launch_us": lambda: build.launch(x, out),
     }
-    if result["plan_native"]:  # the same plan without the native module: what it saves, side by side
-        from kernels import native, replay_plan
-
-        module = native.load()
-        native._loaded["module"] = None  # the plan as made where the module is not built
-        try:
-            python_plan = replay_plan._make_plan(device, build.launch, replay_plan._replay_code(build.launch, x, out))
-        finally:
-            native._loaded["module"] = module
-        fns["softmax_python_path_us"] = lambda: python_plan(x)
-    replayable = bool(calls) and all(c is not None for c in calls)
-    if replayable:
-        floor = [c.replay for c in calls]
-        fns["raw_floor_us"] = floor[0] if len(floor) == 1 else (lambda: [f() for f in floor])
-        if all(isinstance(c, CudaLaunch) for c in calls):
-            raw = [cupy_raw(c) for c in calls]
-            fns["raw_cupy_us"] = raw[0] if len(raw) == 1 else (lambda: [f() for f in raw])
-        if all(isinstance(c, TritonLaunch) for c in calls):
-            raw = [(c.kernel[c.grid], c.values + c.consts) for c in calls]
-            fns["raw_triton_getitem_us"] = lambda: [runner(*args) for runner, args in raw]
-        out.fill_(float("nan"))
-        for f in floor:
-            f()
-        replay_check = check_softmax(out, x, dtype)
-        result["raw_floor_correct"] = replay_check.ok
-        if not replay_check.ok:
-            result["raw_floor_check"] = replay_check.message
-    else:
-        result["raw_floor_note"] = "launches not recorded by our layers (torch or external kernel): no raw floor"
-
     gpu_us = gpu_time_us(lambda: build.launch(x, out))
     result["gpu_us"] = gpu_us
     count = min(2000, max(50, int(20000 / max(gpu_us, 1.0))))  # keep the launch queue from filling
@@ -247,13 +177,15 @@ def run_case(label: str, m: int, n: int, dtype: str, forced: str | None, rounds:
     for name, figures in timings.items():
         result[name] = figures["median"]
         result[name.replace("_us", "_min_us")] = figures["min"]
-    if "raw_floor_us" in result:
-        result["overhead_us"] = result["softmax_us"] - result["raw_floor_us"]
-        result["overhead_min_us"] = result["softmax_min_us"] - result["raw_floor_min_us"]
     result["overhead_vs_build_launch_us"] = result["softmax_us"] - result["build_launch_us"]
     result["softmax_over_torch"] = result["softmax_us"] / result["torch_softmax_us"]
     result["host_bound"] = result["softmax_us"] > gpu_us
     return result
+
+
+def _forced_call(runtime, build, x):
+    """A forced variant's build through the runtime's launch path (native where it can), not the pick."""
+    return runtime._launch_current(x.get_device(), x, build, x.shape)
 
 
 # --- pieces ----------------------------------------------------------------------------------------
@@ -268,13 +200,13 @@ def piece_costs() -> dict:
 
     x = torch.randn(4, 4096, device="cuda")
     key = (x.get_device(), x.shape, x.dtype)
-    plans = runtime._plans
+    plans = runtime._recent
     get_device, raw_stream = torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream
     triton_launch._hooks_idle()
     pieces = {
         "torch.empty_like(x) [cuda]": lambda: torch.empty_like(x),
         "runtime._is_compiling()": runtime._is_compiling,
-        "plan key + lookup": lambda: plans.get((x.get_device(), x.shape, x.dtype)),
+        "kept-shape key + lookup": lambda: plans.get((x.get_device(), x.shape, x.dtype)),
         "dict probe only (key prebuilt)": lambda: plans.get(key),
         "x.is_contiguous()": x.is_contiguous,
         "x.data_ptr()": x.data_ptr,
@@ -343,7 +275,7 @@ def correctness_checks(with_compile: bool) -> dict:
     def misaligned():
         base = random_input(1, 4 * 4096 + 1, "fp32")
         x = base[0, 1:].view(4, 4096)  # data pointer 4 bytes past an allocation: not 16-byte aligned
-        softmax(x.contiguous())  # the plan exists (made from aligned rows)
+        softmax(x.contiguous())  # the shape's native launch is kept (from aligned rows)
         return vs_torch(x, -1, "fp32")
 
     check("misaligned input (through the build's own launch)", misaligned, results)
@@ -427,7 +359,7 @@ def correctness_checks(with_compile: bool) -> dict:
         x = random_input(3, 3000, "fp32")
         graph = torch.cuda.CUDAGraph()
         choice = runtime.select_kernel(3, 3000, "fp32")
-        runtime.build_for(choice.variant, choice.config, "fp32", 3000)  # compiled; this shape has no plan yet
+        runtime.build_for(choice.variant, choice.config, "fp32", 3000)  # compiled; this shape never met
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):
             y = softmax(x)
@@ -436,7 +368,7 @@ def correctness_checks(with_compile: bool) -> dict:
         ok, err = _close(y, torch.softmax(x.double(), -1).float(), "fp32")
         return ok, f"max abs err {err:.3g}"
 
-    check("plan made inside graph capture", new_shape_inside_capture, results)
+    check("new shape met inside graph capture", new_shape_inside_capture, results)
 
     if with_compile:
         def compiled():
@@ -452,7 +384,7 @@ def correctness_checks(with_compile: bool) -> dict:
             x = random_input(4, 4096, "fp32", device="cuda:1")
             with torch.cuda.device(0):
                 y1 = softmax(x)
-                y2 = softmax(x)  # the plan's fast path, from device 0
+                y2 = softmax(x)  # the kept launch, from device 0
             ok, err = _close(y2, torch.softmax(x.double(), -1).float(), "fp32")
             return ok and y1.device == x.device and y2.device == x.device, f"on {y2.device}, max abs err {err:.3g}"
 
@@ -497,12 +429,10 @@ def summary(result: dict) -> str:
             lines.append(f"{label:34s} ERROR {case['error']}")
             continue
         figures = "  ".join(f"{k.removesuffix('_us')} {case[k]:6.2f}" for k in (
-            "softmax_us", "torch_softmax_us", "softmax_over_torch", "softmax_python_path_us", "raw_floor_us",
-            "overhead_us", "build_launch_us",
-            "raw_cupy_us", "raw_triton_getitem_us", "softmax_package_us", "gpu_us") if k in case)
-        ok = "ok" if case.get("softmax_correct") and case.get("raw_floor_correct", True) else "WRONG"
-        lines.append(f"{label:34s} {case['variant']:24s} replay={case['plan_replays']!s:5s} "
-                     f"native={case.get('plan_native')!s:5s} {ok:5s} {figures}")
+            "softmax_us", "torch_softmax_us", "softmax_over_torch", "build_launch_us", "softmax_package_us",
+            "gpu_us") if k in case)
+        ok = "ok" if case.get("softmax_correct") else "WRONG"
+        lines.append(f"{label:34s} {case['variant']:24s} native={case.get('native')!s:5s} {ok:5s} {figures}")
     for name, outcome in result.get("checks", {}).items():
         lines.append(f"check {'ok  ' if outcome['ok'] else 'FAIL'} {name}: {outcome['detail']}")
     return "\n".join(lines)

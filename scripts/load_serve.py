@@ -97,7 +97,7 @@ def upload_document(run_index: int, rows: int, candidates: int = 50) -> bytes:
     shapes = (rows + candidates - 1) // candidates
     measurements = [
         {"candidate": c, "m": 1 + s // 512, "n": 64 + s % 512, "dtype": "bf16", "status": "ok",
-         "median_us": 3.0 + c * 0.01, "p20_us": 2.9, "p80_us": 3.2, "repetitions": 100}
+         "median_us": 3.0 + c * 0.01, "p20_us": 2.9, "p80_us": 3.2 + c * 0.01, "repetitions": 100}
         for s in range(shapes) for c in range(candidates)
     ][:rows]
     document = {

@@ -14,9 +14,11 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -56,6 +58,52 @@ def take_screenshot(url: str, out: Path, window: tuple[int, int] = (1400, 2000),
         raise RuntimeError(f"chromium wrote no screenshot (exit {completed.returncode}): {completed.stderr[-2000:]}")
     log.info("wrote %s (%d bytes)", out, out.stat().st_size)
     return out
+
+
+def read_png(path: Path) -> tuple[int, int, list[bytes]]:
+    """Width, height and the RGB bytes of each row of an 8-bit, non-interlaced RGB or RGBA PNG (what
+    Chromium writes), with no imaging library: enough for a test to read the colours drawn."""
+    data = Path(path).read_bytes()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError(f"{path} is not a PNG file")
+    offset, idat, header = 8, b"", None
+    while offset < len(data):
+        length, kind = struct.unpack(">I4s", data[offset:offset + 8])
+        body = data[offset + 8:offset + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        offset += 12 + length
+    if header is None:
+        raise ValueError(f"{path} has no IHDR chunk")
+    width, height, depth, colour_type, _, _, interlace = header
+    if depth != 8 or colour_type not in (2, 6) or interlace:
+        raise ValueError(f"{path}: only 8-bit non-interlaced RGB/RGBA PNGs are read (got depth {depth}, "
+                         f"colour type {colour_type}, interlace {interlace})")
+    channels = 3 if colour_type == 2 else 4
+    stride = width * channels
+    raw = zlib.decompress(idat)
+    rows: list[bytes] = []
+    previous = bytearray(stride)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            left = line[i - channels] if i >= channels else 0
+            up, corner = previous[i], previous[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + up) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 0xFF
+            elif kind == 4:
+                estimate = left + up - corner
+                pa, pb, pc = abs(estimate - left), abs(estimate - up), abs(estimate - corner)
+                line[i] = (line[i] + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)) & 0xFF
+        previous = line
+        rows.append(bytes(line) if channels == 3 else bytes(b for j, b in enumerate(line) if j % 4 != 3))
+    return width, height, rows
 
 
 def _serve_and_shoot(database_url: str, path: str, out: Path, window: tuple[int, int], timeout_s: float) -> Path:

@@ -6,11 +6,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # shellcheck disable=SC1091
 source .venv/bin/activate
-# the lookup's compiled rule (autotuner/lookup/_fastrule*.c, .h) is built by the install: a change to it reinstalls
-stamp=.venv/.installed-$(cat pyproject.toml autotuner/lookup/_fastrule*.[ch] | sha256sum | cut -c1-16)
+# a change to pyproject.toml reinstalls
+stamp=.venv/.installed-$(sha256sum < pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   python -m pip install -q --upgrade pip
   python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0" || python -m pip install -q torch
-  python -m pip install -q -e '.[dev]'
+  python -m pip install -q -e '.[dev,kernels]'
   touch "$stamp"
 fi

@@ -6,6 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup_env.sh
 
+# Headless Chromium for the page's screenshot test (tests/service/test_page.py): installed from the
+# distribution's packages where this runs as root with apt-get; without it that test skips itself.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  if (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/tmp/autotuner-chromium.log 2>&1; then
+    echo "test.sh: chromium installed for the page's screenshot test"
+  else
+    echo "test.sh: could not install chromium (log: /tmp/autotuner-chromium.log); the screenshot test will be skipped" >&2
+  fi
+fi
+
 pg_dir=""
 # On exit: stop the throwaway server and remove its folder (data, logs, socket; about 40 MB).
 cleanup() {
@@ -27,4 +37,11 @@ if [ -z "${AUTOTUNER_TEST_POSTGRES_URL:-}" ] && command -v initdb >/dev/null && 
     tail -n 20 "$pg_dir"/*.log >&2 2>/dev/null || true
   fi
 fi
-python -m pytest "$@"
+# The CPU suite runs on every core (pytest-xdist, a test file per worker so that a module's fixtures, such
+# as an imported recording, are built once); a GPU host runs one process so that GPU timings are not
+# disturbed. TEST_WORKERS=N (0: no workers) chooses.
+workers=${TEST_WORKERS:-}
+if [ -z "$workers" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1; then workers=0; else workers=auto; fi
+fi
+python -m pytest -n "$workers" --dist loadfile "$@"

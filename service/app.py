@@ -84,9 +84,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """FastAPI's schema plus the upload document's, which ``POST /runs`` references by hand (it reads
-    its body itself, see ``service/routes/runs.py``)."""
+    its body itself, see ``service/routes/runs.py``). ``/dispatch``'s ``gpu`` is required in the schema
+    of a server without ``AUTOTUNER_DEFAULT_GPU``, as it is in its answers (422 without it)."""
     if app.openapi_schema is None:
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        if app.state.settings.default_gpu is None:
+            for parameter in schema["paths"]["/dispatch"]["get"]["parameters"]:
+                if parameter["name"] == "gpu":
+                    parameter["required"] = True
+                    parameter["description"] = "GPU model key (h100) or device name; required: this server has no AUTOTUNER_DEFAULT_GPU"
         upload = ExchangeDocument.model_json_schema(ref_template="#/components/schemas/{model}")
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components.update(upload.pop("$defs", {}))

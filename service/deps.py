@@ -12,7 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from autotuner.lookup.select import TableStore
-from service.config import Settings
+from service.config import Settings, UploadGrant
 from service.errors import ApiError
 from service.tables import LiveTables
 
@@ -42,22 +42,25 @@ async def get_table_store(live: Annotated[LiveTables, Depends(get_live_tables)])
     return live.store
 
 
-_bearer = HTTPBearer(auto_error=False, description="the server's AUTOTUNER_UPLOAD_TOKEN")
+_bearer = HTTPBearer(auto_error=False, description="an upload token of the server (AUTOTUNER_UPLOAD_TOKEN or _TOKENS)")
 
 
 async def require_upload_token(
     settings: Annotated[Settings, Depends(get_settings)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    """401 unless the request carries ``Authorization: Bearer <AUTOTUNER_UPLOAD_TOKEN>``; with no token
-    configured every upload is refused (an open write endpoint is never the default)."""
+) -> UploadGrant:
+    """The uploader whose token the request carries (``Authorization: Bearer <token>``), else 401;
+    with no token configured every upload is refused (an open write endpoint is never the default).
+    Which GPU models it may upload is checked once the body is read (403)."""
     challenge = {"WWW-Authenticate": "Bearer"}
-    if settings.upload_token is None:
-        raise ApiError(401, "uploads are disabled: the server has no AUTOTUNER_UPLOAD_TOKEN configured", headers=challenge)
+    if not settings.upload_grants:
+        raise ApiError(401, "uploads are disabled: the server has no AUTOTUNER_UPLOAD_TOKEN(S) configured", headers=challenge)
     if credentials is None:
         raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <token>'", headers=challenge)
-    if not bearer_matches(settings, credentials):
+    grant = matching_grant(settings, credentials)
+    if grant is None:
         raise ApiError(401, "wrong bearer token", headers=challenge)
+    return grant
 
 
 def bearer_from_header(request: Request) -> HTTPAuthorizationCredentials | None:
@@ -69,16 +72,26 @@ def bearer_from_header(request: Request) -> HTTPAuthorizationCredentials | None:
     return HTTPAuthorizationCredentials(scheme="Bearer", credentials=token.strip())
 
 
+def matching_grant(settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> UploadGrant | None:
+    """The uploader whose token this is (None with no token configured or none matching). Every token
+    is compared, in constant time each, so the time taken says nothing about which one came close."""
+    if credentials is None:
+        return None
+    given = credentials.credentials.encode()
+    found = None
+    for grant in settings.upload_grants:
+        if secrets.compare_digest(given, grant.token):
+            found = grant
+    return found
+
+
 def bearer_matches(settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> bool:
-    """The request carries the server's upload token (never true with no token configured)."""
-    if settings.upload_token is None or credentials is None:
-        return False
-    expected = settings.upload_token.get_secret_value().encode()
-    return secrets.compare_digest(credentials.credentials.encode(), expected)
+    """The request carries one of the server's upload tokens (never true with none configured)."""
+    return matching_grant(settings, credentials) is not None
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session)]
 LiveTablesDep = Annotated[LiveTables, Depends(get_live_tables)]
 TableStoreDep = Annotated[TableStore, Depends(get_table_store)]
-UploadAuthDep = Annotated[None, Depends(require_upload_token)]
+UploadAuthDep = Annotated[UploadGrant, Depends(require_upload_token)]

@@ -8,6 +8,9 @@ uses, and replays the bytes of recent answers.
 
 Contract:
 - only ``GET /dispatch`` is touched; everything else goes straight to the app;
+- ``HEAD`` of any path is answered as its ``GET`` (status and headers, ``content-length`` included)
+  without the body: FastAPI's routes take only the methods they declare, and a GET route's HEAD
+  would be a 405 (RFC 9110 9.3.2: a server supports HEAD wherever it supports GET);
 - anything this path does not answer with 200 (invalid parameters, unknown GPU, a repeated or blank
   parameter, any exception) goes to the route, which produces the documented error; so the route
   stays the single definition of errors, and this path of answers;
@@ -57,6 +60,9 @@ class FastDispatch:
         return len(self._entries)
 
     async def __call__(self, scope: Message, receive, send) -> None:  # noqa: ANN001 - ASGI callables
+        if scope["type"] == "http" and scope["method"] == "HEAD":
+            await self({**scope, "method": "GET"}, receive, _without_body(send))
+            return
         if scope["type"] != "http" or scope["path"] != self.path or scope["method"] != "GET" or self.live.due():
             await self.app(scope, receive, send)
             return
@@ -94,3 +100,13 @@ class FastDispatch:
             return self.answer(self.live.store, self.settings, query).model_dump_json().encode()
         except (ValidationError, Exception):  # every refusal is the route's to word
             return None
+
+
+def _without_body(send: Callable[[Message], Awaitable[None]]) -> Callable[[Message], Awaitable[None]]:
+    """``send`` for a HEAD request: the response's start as is, every body chunk emptied."""
+    async def send_head(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await send(message)
+
+    return send_head

@@ -30,6 +30,7 @@ def settings_environment(settings: Settings) -> dict[str, str]:
     values = {
         "database_url": settings.database_url,
         "upload_token": settings.upload_token.get_secret_value() if settings.upload_token else None,
+        "upload_tokens": settings.upload_tokens.get_secret_value() if settings.upload_tokens else None,
         "default_gpu": settings.default_gpu,
         "max_m": settings.max_m,
         "max_n": settings.max_n,

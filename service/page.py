@@ -1,41 +1,60 @@
-"""The page at ``/``: per GPU model and dtype, the dispatch map of its table.
+"""The page at ``/``: per GPU model, dtype and timing method, one dispatch map of its table.
 
-Two maps per table, both M (rows, down) × N (columns, across) on log-spaced axes:
+A map is the whole shape domain (``autotuner.domain``: M from 1 to 2**20 rows down, N from 1 to 2**24
+across, both log2 axes) cut into cells of half an octave; each cell is coloured by the variant the
+table answers for the shape at its centre, exactly as ``select_kernel`` answers it (the table's own
+kernels, its rule, the scaling model outside the measured points). On top:
 
-- *measured points*: each cell is a shape the sweep timed, coloured by the variant the table chooses
-  there, with the fraction of speed of light written in it: ``copy_us / chosen time``, where
-  ``copy_us`` is a plain copy of the same bytes (1.00 would be a softmax as fast as a copy);
-- *lookups between them*: a denser grid (the measured values and the geometric means between
-  neighbours) answered by the table's rule, showing where the choice changes for unmeasured shapes.
+- the measured points (shapes the sweep timed), as dots;
+- a hatch over the cells answered by the scaling model alone (outside the measured M and N).
 
-Plus a legend and the table's regret figures. Everything is inline (CSS and SVG, no scripts, no
-external assets): the page works offline and behind any proxy. Rendered with ``string.Template`` so
-the service needs no template engine; every value from a table is HTML-escaped.
+A variant has one colour everywhere (``VARIANT_COLOURS``, keyed by name: the same on ``/`` and on
+``/?gpu=h100&dtype=bf16``); the legend gives each variant's share of the map. A map is a few paths
+(one per colour, runs of equal cells merged), so a page of every table weighs tens of kilobytes.
+Everything is inline (CSS and SVG, no scripts, no external assets): the page works offline and behind
+any proxy. Rendered with ``string.Template`` so the service needs no template engine; every value from a
+table is HTML-escaped.
 """
 from __future__ import annotations
 
 import html
 import math
+import zlib
 from datetime import datetime, timezone
 from functools import lru_cache
 from importlib import resources
 from string import Template
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
+from autotuner.domain import DOMAIN_M_MAX, DOMAIN_N_MAX
+from autotuner.lookup.select import TableStore
 from autotuner.lookup.table import DispatchTable
 from service.tables import LiveTables
 
-# Tableau 20 reordered so that the first ten are far apart; variants beyond 20 reuse with a hatch-free
-# darker tone (rare: the registry has 17 variants).
-PALETTE = (
-    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7",
-    "#9c755f", "#bab0ac", "#a0cbe8", "#ffbe7d", "#8cd17d", "#ff9d9a", "#d4a6c8", "#86bcb6",
-    "#f1ce63", "#fabfd2", "#d7b5a6", "#79706e",
-)
-NO_CHOICE = "#e8e8e8"
-CELL_W, CELL_H, DENSE_CELL = 58, 30, 18
-LABEL_GAP = 34  # pixels between the centres of two column labels (a 5-digit label is ~32 px wide)
-LEFT, TOP = 72, 34
+# One colour per registered variant (kernels._REGISTRY's 22), chosen from Kelly's colours of maximum
+# contrast and a few more so that any two are at least 25 apart in CIELAB (ΔE76): two variants of one
+# map never look alike. tests/service/test_page.py checks the distances and that every registered
+# variant has its colour.
+VARIANT_COLOURS: dict[str, str] = {
+    "torch_softmax": "#848482", "cuda_warp_row": "#0067a5", "cuda_short_rows": "#a1caf1",
+    "cuda_block_fused": "#008856", "cuda_block_online": "#8db600", "cuda_packed16": "#f3c300",
+    "cuda_online_two_pass": "#875692", "cuda_split_row": "#c2b280", "cuda_smem_cache_medium": "#be0032",
+    "cuda_smem_cache_extreme": "#e68fac", "cuda_cluster_split": "#f38400", "cuda_cluster_keep": "#882d17",
+    "cuda_grid_split": "#1b2a6b", "cuda_long_split": "#2b3d26", "triton_fused_row": "#00a3a3",
+    "triton_one_row": "#f99379", "triton_tiled_three_pass": "#6fe0c0", "triton_online_two_pass": "#654522",
+    "triton_split_row": "#b3446c", "cute_online": "#e25822", "quack_softmax": "#ff66ff",
+    "liger_softmax": "#5d5d00",
+}
+# A variant not registered here (a plugin, a renamed variant in an old table): a colour from its name's
+# CRC, so it is stable across pages and restarts too.
+EXTRA_COLOURS = ("#4e79a7", "#59a14f", "#b07aa1", "#9c755f", "#76b7b2", "#edc948", "#d37295", "#bab0ac")
+NO_CHOICE = "#e8e8e8"  # select_kernel's fallback: no candidate admits the shape or was measured near it
+FALLBACK_LABEL = "fallback to torch_softmax"
+
+STEPS_PER_OCTAVE = 2
+CELL = 10  # pixels per cell
+LEFT, TOP = 44, 22  # room for the axis labels
+TICK_OCTAVES = 4  # a labelled tick every 2**4
 
 
 @lru_cache(maxsize=1)
@@ -46,9 +65,8 @@ def _template() -> Template:
 def render_page(live: LiveTables, gpu: str | None = None, dtype: str | None = None) -> str:
     """The whole HTML document for the tables matching ``gpu`` and ``dtype`` (all when None)."""
     tables = [t for t in live.store.tables() if (gpu is None or t.gpu == gpu) and (dtype is None or t.dtype == dtype)]
-    colours = variant_colours(c["variant"] for t in tables for c in t.candidates)
     if tables:
-        sections = "\n".join(_section(live, table, colours) for table in tables)
+        sections = "\n".join(_section(live, table) for table in tables)
     else:
         sections = ('<p class="empty">No dispatch tables match. Run <code>autotuner sweep</code> and '
                     '<code>autotuner fit</code> on a GPU host, or upload its export to <code>POST /runs</code> '
@@ -66,125 +84,136 @@ def render_page(live: LiveTables, gpu: str | None = None, dtype: str | None = No
     )
 
 
-def variant_colours(variants: Iterable[str]) -> dict[str, str]:
-    """A stable colour per variant name (sorted order), the same in every map of one page."""
-    names = sorted(set(variants))
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+def colour_of(variant: str) -> str:
+    """The variant's colour: its own for a registered variant, else one fixed by its name."""
+    return VARIANT_COLOURS.get(variant) or EXTRA_COLOURS[zlib.crc32(variant.encode()) % len(EXTRA_COLOURS)]
 
 
-def _section(live: LiveTables, table: DispatchTable, colours: dict[str, str]) -> str:
-    measured, winners = _measured_map(table, colours)
-    dense = _lookup_map(table, colours)
+def axis_values(maximum: int) -> list[int]:
+    """The cell centres along one axis: 2**(i / STEPS_PER_OCTAVE) rounded, from 1 to ``maximum``."""
+    steps = round(math.log2(maximum) * STEPS_PER_OCTAVE)
+    return [round(2 ** (i / STEPS_PER_OCTAVE)) for i in range(steps + 1)]
+
+
+def dispatch_grid(table: DispatchTable) -> list[list[tuple[str | None, bool]]]:
+    """Per cell (rows M, columns N): the variant ``select_kernel`` answers with this table (None for
+    its torch_softmax fallback) and whether the scaling model alone answered it. Asked of a store of
+    this table only, so the service's answer cache is left alone."""
+    store = TableStore([table], cache_limit=1)
+    grid = []
+    for m in axis_values(DOMAIN_M_MAX):
+        row = []
+        for n in axis_values(DOMAIN_N_MAX):
+            choice = store.select_canonical(m, n, table.dtype, table.gpu, table.timing_method)
+            row.append((None if choice.source == "fallback" else choice.variant, choice.source == "model"))
+        grid.append(row)
+    return grid
+
+
+def _section(live: LiveTables, table: DispatchTable) -> str:
+    grid = dispatch_grid(table)
+    cells = sum(len(row) for row in grid)
+    shares: dict[str | None, int] = {}
+    for row in grid:
+        for variant, _ in row:
+            shares[variant] = shares.get(variant, 0) + 1
+    modelled = sum(model for row in grid for _, model in row)
     legend = "".join(
-        f'<li><span class="swatch" style="background:{colours[name]}"></span>{_e(name)} '
-        f'<span class="count">{count} point{"s" if count != 1 else ""}</span></li>'
-        for name, count in sorted(winners.items(), key=lambda item: (-item[1], item[0]))
+        f'<li><span class="swatch" style="background:{colour_of(name) if name else NO_CHOICE}"></span>'
+        f'{_e(name or FALLBACK_LABEL)} <span class="count">{_share(count, cells)}</span></li>'
+        for name, count in sorted(shares.items(), key=lambda item: (-item[1], item[0] or ""))
     )
-    never = sorted({c["variant"] for c in table.candidates} - set(winners))
-    never_text = f'<p class="never">Never chosen at a measured point: {_e(", ".join(never))}</p>' if never else ""
+    if modelled:
+        legend += f'<li><span class="swatch hatch"></span>scaling model only <span class="count">{_share(modelled, cells)}</span></li>'
+    legend += '<li><span class="swatch dot"></span>measured point</li>'
+    never = sorted({c["variant"] for c in table.candidates} - set(shares))
+    never_text = f'<p class="never">Never chosen on the map: {_e(", ".join(never))}</p>' if never else ""
     return f"""
 <section id="{_anchor(table)}">
   <h2>{_e(table.gpu)} <small>{_e(table.document.get("gpu_name") or "")}</small> · {_e(table.dtype)} · {_e(table.timing_method)} timing</h2>
   <p class="facts">{_regret_text(table.document.get("regret"))}</p>
   <p class="facts">rule <b>{_e(table.rule)}</b> · {len(table.candidates)} candidates · {len(table.points)} measured
-     points · from the {_e(live.source_of(table))}{_created(table)}</p>
-  <div class="maps">
-    <figure>{measured}<figcaption>Measured points: colour = chosen variant, number = fraction of speed of
-      light (copy time ÷ chosen time)</figcaption></figure>
-    <figure>{dense}<figcaption>Lookups between measured points (the table's <i>{_e(table.rule)}</i> rule)</figcaption></figure>
-  </div>
+     points{_speed_of_light_text(table)} · from the {_e(live.source_of(table))}{_created(table)}</p>
+  <figure>{_map_svg(table, grid)}<figcaption>Kernel chosen per shape, M rows (down) × N row length (across),
+    log scales; dots: measured shapes; hatched: answered by the scaling model only</figcaption></figure>
   <ul class="legend">{legend}</ul>{never_text}
 </section>"""
 
 
-def _measured_map(table: DispatchTable, colours: dict[str, str]) -> tuple[str, dict[str, int]]:
-    """SVG of the measured grid, and how many points each variant wins."""
-    ms = sorted({p["m"] for p in table.points})
-    ns = sorted({p["n"] for p in table.points})
-    by_shape = {(p["m"], p["n"]): p for p in table.points}
-    winners: dict[str, int] = {}
-    cells = []
-    for row, m in enumerate(ms):
-        for col, n in enumerate(ns):
-            x, y = LEFT + col * CELL_W, TOP + row * CELL_H
-            point = by_shape.get((m, n))
-            if point is None:
+def _map_svg(table: DispatchTable, grid: Sequence[Sequence[tuple[str | None, bool]]]) -> str:
+    """The map: one path per colour (runs of equal cells along a row merged), the model hatch, the
+    measured points and the axes."""
+    width, height = CELL * len(grid[0]), CELL * len(grid)
+    runs: dict[str, list[str]] = {}
+    hatched: list[str] = []
+    for row_index, row in enumerate(grid):
+        y = TOP + row_index * CELL
+        start = 0
+        for col in range(1, len(row) + 1):
+            if col < len(row) and row[col] == row[start]:
                 continue
-            pick = table.lookup(m, n)
-            if pick is None:
-                cells.append(_cell(x, y, CELL_W, CELL_H, NO_CHOICE, f"M={m} N={n}: no admissible candidate", "–", "#555"))
-                continue
-            candidate = table.candidates[pick.candidate]
-            variant = candidate["variant"]
-            winners[variant] = winners.get(variant, 0) + 1
-            fraction = _speed_of_light(point.get("copy_us"), pick.predicted_us)
-            label = f"{fraction:.2f}" if fraction is not None else "–"
-            tip = (f"M={m} N={n}: {variant} [{candidate.get('config_key') or _config_key(candidate)}] "
-                   f"{_us(pick.predicted_us)}; copy {_us(point.get('copy_us'))}")
-            cells.append(_cell(x, y, CELL_W, CELL_H, colours[variant], tip, label, _ink(colours[variant])))
-    axes = _axes(ms, ns, CELL_W, CELL_H)
-    width, height = LEFT + len(ns) * CELL_W + 8, TOP + len(ms) * CELL_H + 8
-    return _svg(width, height, axes + "".join(cells), f"{table.gpu} {table.dtype} measured dispatch map"), winners
+            variant, model = row[start]
+            rect = f"M{LEFT + start * CELL} {y}h{(col - start) * CELL}v{CELL}h-{(col - start) * CELL}z"
+            runs.setdefault(colour_of(variant) if variant else NO_CHOICE, []).append(rect)
+            if model:
+                hatched.append(rect)
+            start = col
+    names = {colour_of(v) if v else NO_CHOICE: v or FALLBACK_LABEL for row in grid for v, _ in row}
+    paths = "".join(f'<path fill="{colour}" d="{"".join(parts)}"><title>{_e(names[colour])}</title></path>'
+                    for colour, parts in runs.items())
+    if hatched:
+        paths += f'<path fill="url(#hatch)" d="{"".join(hatched)}"/>'
+    dots = "".join(f"M{x:.1f} {y:.1f}h0" for x, y in _point_positions(table))
+    if dots:
+        paths += (f'<path id="pts-{_anchor(table)}" d="{dots}" stroke="#000" stroke-width="3.6" stroke-linecap="round"/>'
+                  f'<use href="#pts-{_anchor(table)}" stroke="#fff" stroke-width="1.6"/>')
+    content = paths + _axes(len(grid[0]), len(grid)) + \
+        f'<rect x="{LEFT}" y="{TOP}" width="{width}" height="{height}" fill="none" stroke="#9ca3af"/>'
+    total_w, total_h = LEFT + width + 12, TOP + height + 6
+    label = f"{table.gpu} {table.dtype} dispatch map"
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{total_h}" '
+            f'viewBox="0 0 {total_w} {total_h}" role="img" aria-label="{_e(label)}">{content}</svg>')
 
 
-def _lookup_map(table: DispatchTable, colours: dict[str, str]) -> str:
-    ms = densified(sorted({p["m"] for p in table.points}))
-    ns = densified(sorted({p["n"] for p in table.points}))
-    cells = []
-    for row, m in enumerate(ms):
-        for col, n in enumerate(ns):
-            pick = table.lookup(m, n)
-            variant = table.candidates[pick.candidate]["variant"] if pick else None
-            colour = colours[variant] if variant else NO_CHOICE
-            tip = f"M={m} N={n}: {variant or 'no admissible candidate'}" + (f" {_us(pick.predicted_us)}" if pick else "")
-            cells.append(_cell(LEFT + col * DENSE_CELL, TOP + row * DENSE_CELL, DENSE_CELL, DENSE_CELL, colour, tip))
-    axes = _axes(ms, ns, DENSE_CELL, DENSE_CELL, labelled={p["m"] for p in table.points} | {p["n"] for p in table.points})
-    width, height = LEFT + len(ns) * DENSE_CELL + 8, TOP + len(ms) * DENSE_CELL + 8
-    return _svg(width, height, axes + "".join(cells), f"{table.gpu} {table.dtype} lookup map")
+def _point_positions(table: DispatchTable) -> list[tuple[float, float]]:
+    """Where each measured shape inside the map lies, in pixels (cell centres sit at 2**(i / steps))."""
+    positions = set()
+    for point in table.points:
+        m, n = point["m"], point["n"]
+        if 1 <= m <= DOMAIN_M_MAX and 1 <= n <= DOMAIN_N_MAX:
+            positions.add((LEFT + (math.log2(n) * STEPS_PER_OCTAVE + 0.5) * CELL,
+                           TOP + (math.log2(m) * STEPS_PER_OCTAVE + 0.5) * CELL))
+    return sorted(positions)
 
 
-def densified(values: Sequence[int]) -> list[int]:
-    """The values and the (rounded) geometric mean between each pair of neighbours."""
-    out: list[int] = []
-    for lower, upper in zip(values, values[1:]):
-        out += [lower, round(math.sqrt(max(lower, 1) * upper))]
-    out += list(values[-1:])
-    return sorted(set(out))
-
-
-def _axes(ms: Sequence[int], ns: Sequence[int], width: int, height: int, labelled: set[int] | None = None) -> str:
-    """Axis labels: every value, or (dense map) only the measured ones, skipping a label that would
-    overlap the previous one."""
-    parts = [f'<text x="{LEFT - 8}" y="{TOP - 20}" class="axis-title" text-anchor="end">M \\ N</text>']
-    last_x = -math.inf
-    for col, n in enumerate(ns):
-        x = LEFT + col * width + width / 2
-        if (labelled is None or n in labelled) and x - last_x >= LABEL_GAP:
-            parts.append(f'<text x="{x:.1f}" y="{TOP - 6}" class="axis" text-anchor="middle">{_e(_short(n))}</text>')
-            last_x = x
-    for row, m in enumerate(ms):
-        if labelled is None or m in labelled:
-            parts.append(f'<text x="{LEFT - 6}" y="{TOP + row * height + height / 2 + 4:.1f}" class="axis" '
-                         f'text-anchor="end">{_e(_short(m))}</text>')
+def _axes(columns: int, rows: int) -> str:
+    parts = [f'<text x="{LEFT - 4}" y="{TOP - 8}" class="axis-title" text-anchor="end">M\\N</text>']
+    step = TICK_OCTAVES * STEPS_PER_OCTAVE
+    for col in range(0, columns, step):
+        x = LEFT + (col + 0.5) * CELL
+        parts.append(f'<text x="{x:.0f}" y="{TOP - 6}" class="axis" text-anchor="middle">{_short(2 ** (col // STEPS_PER_OCTAVE))}</text>')
+    for row in range(0, rows, step):
+        y = TOP + (row + 0.5) * CELL + 4
+        parts.append(f'<text x="{LEFT - 4}" y="{y:.0f}" class="axis" text-anchor="end">{_short(2 ** (row // STEPS_PER_OCTAVE))}</text>')
     return "".join(parts)
 
 
-def _cell(x: float, y: float, w: int, h: int, fill: str, tip: str, label: str = "", ink: str = "#000") -> str:
-    text = (f'<text x="{x + w / 2:.1f}" y="{y + h / 2 + 4:.1f}" text-anchor="middle" fill="{ink}" '
-            f'class="sol">{_e(label)}</text>') if label else ""
-    return (f'<g><title>{_e(tip)}</title><rect x="{x}" y="{y}" width="{w - 1}" height="{h - 1}" '
-            f'fill="{fill}"/>{text}</g>')
+def _speed_of_light_text(table: DispatchTable) -> str:
+    """The geometric mean over measured points of copy time ÷ chosen time (1.00: as fast as a copy)."""
+    logs = []
+    for point in table.points:
+        pick = table.lookup(point["m"], point["n"])
+        copy_us = point.get("copy_us")
+        if pick is not None and pick.predicted_us and isinstance(copy_us, (int, float)) and copy_us > 0:
+            logs.append(math.log(copy_us / pick.predicted_us))
+    if not logs:
+        return ""
+    return f" · speed of light <b>{math.exp(sum(logs) / len(logs)):.2f}</b> (geomean of copy ÷ chosen time)"
 
 
-def _svg(width: int, height: int, content: str, label: str) -> str:
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(label)}">{content}</svg>')
-
-
-def _speed_of_light(copy_us: Any, chosen_us: float | None) -> float | None:
-    if not isinstance(copy_us, (int, float)) or not chosen_us or copy_us <= 0:
-        return None
-    return copy_us / chosen_us
+def _share(count: int, total: int) -> str:
+    percent = 100 * count / total
+    return "&lt;1 %" if 0 < percent < 0.5 else f"{percent:.0f} %"
 
 
 def _regret_text(regret: Any) -> str:
@@ -201,27 +230,12 @@ def _created(table: DispatchTable) -> str:
     return f", fitted {_e(str(created))}" if created else ""
 
 
-def _ink(background: str) -> str:
-    """Black or white text, whichever reads better on the background (WCAG relative luminance)."""
-    red, green, blue = (int(background[i:i + 2], 16) / 255 for i in (1, 3, 5))
-    luminance = 0.2126 * red + 0.7152 * green + 0.0722 * blue
-    return "#000" if luminance > 0.45 else "#fff"
-
-
 def _short(value: int) -> str:
-    """1024 → 1K, 131072 → 128K, 50257 → 50257: powers of two short, other sizes exact."""
+    """1024 → 1K, 16777216 → 16M: the axis ticks are powers of two."""
     for unit, size in (("M", 1 << 20), ("K", 1 << 10)):
         if value >= size and value % size == 0:
             return f"{value // size}{unit}"
     return str(value)
-
-
-def _us(value: Any) -> str:
-    return f"{value:.2f} µs" if isinstance(value, (int, float)) else "n/a"
-
-
-def _config_key(candidate: dict[str, Any]) -> str:
-    return ",".join(f"{k}={v}" for k, v in candidate.get("config", {}).items())
 
 
 def _anchor(table: DispatchTable) -> str:

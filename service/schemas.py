@@ -33,7 +33,7 @@ class DispatchQuery(BaseModel):
     and the fast path in ``service/fast_dispatch.py``), so the two cannot accept different things.
     The configured ``AUTOTUNER_MAX_M`` / ``MAX_N`` (at most these ceilings) are applied after it."""
 
-    m: int = Field(ge=1, le=MAX_DIM, description="rows; at most AUTOTUNER_MAX_M (default 2**31-1)")
+    m: int = Field(ge=0, le=MAX_DIM, description="rows (0: nothing is launched; the answer is M = 1's, predicted 0 µs); at most AUTOTUNER_MAX_M (default 2**31-1)")
     n: int = Field(ge=1, le=MAX_DIM, description="row length; at most AUTOTUNER_MAX_N (default 2**31-1)")
     dtype: DtypeName = Field(description=DTYPE_HELP)
     gpu: Optional[str] = Field(default=None, max_length=128,
@@ -68,11 +68,14 @@ class TableSummary(BaseModel):
     dtype: str
     timing_method: str
     rule: str
-    source: Literal["database", "shipped"]
+    source: Literal["database", "shipped"] = Field(description="which table answers: the database's current "
+                                                               "fitted one, or the package's shipped one")
     candidates: int
     points: int
     regret: Optional[RegretFigures] = None
-    created_at: Optional[str] = None
+    created_at: Optional[str] = Field(default=None, description="when the table was fitted")
+    source_runs: Optional[list[int]] = Field(default=None, description="the sweep runs it was fitted from "
+                                             "(ids in the database that fitted it)")
     etag: str
 
 
@@ -97,6 +100,14 @@ class TableDocument(BaseModel):
     regret: Optional[RegretFigures] = None
 
 
+class KernelNeeds(BaseModel):
+    min_arch: int = Field(description="oldest compute capability x 10 (90: sm_90) any config runs on")
+    smem_per_block_max: Optional[int] = Field(description="bytes of shared memory one block asks for, most "
+                                                          "demanding config; null: static shared memory only")
+    smem_per_block_min: Optional[int] = Field(description="the same, least demanding config")
+    cluster_sizes: list[int] = Field(description="thread-block cluster sizes its configs use (sm_90+)")
+
+
 class KernelInfo(BaseModel):
     name: str
     seed: str
@@ -106,6 +117,10 @@ class KernelInfo(BaseModel):
     configs: list[dict[str, Any]]
     available: Optional[bool] = Field(description="null: not checked (the server need not have a GPU)")
     reason: str
+    needs: Optional[KernelNeeds] = Field(description="what a GPU needs to run the variant's configs; null: "
+                                                     "unknown (the variant's module could not be imported)")
+    runs_on: list[str] = Field(description="GPU models of the lookup's list that run at least one config")
+    runs_every_config_on: list[str] = Field(description="GPU models of the lookup's list that run every config")
 
 
 class MeasurementOut(BaseModel):

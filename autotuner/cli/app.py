@@ -7,36 +7,24 @@ import json
 import logging
 import sys
 from functools import wraps
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Callable, Literal, Optional
 
 import typer
-import typer.core
 from rich.console import Console
 
-def _flags_show_no_type() -> None:
-    """typer 0.29's rich help prints a type beside every option, ``--json <bool>`` as if the flag took
-    a value; a flag (``--json``, ``--help``) gets no type column."""
-    show = getattr(typer.core.TyperOption, "display_type_rich", None)
-    if show is None or getattr(show, "flags_without_type", False):
-        return
-
-    def display_type_rich(self: Any, ctx: Any) -> str | None:
-        return None if self.is_flag else show(self, ctx)
-
-    display_type_rich.flags_without_type = True  # type: ignore[attr-defined]
-    typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+from autotuner.domain import TIMING_METHODS
 
 
-_flags_show_no_type()
-
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Find, store and serve the fastest correct softmax kernel per GPU and shape.")
 console = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the width
 out = Console()
 
 DbOption = Annotated[Optional[str], typer.Option("--db", help="Database URL or SQLite path (default: $AUTOTUNER_DB or ~/.local/share/softmax-autotuner/tuning.sqlite).")]
 DtypesOption = Annotated[str, typer.Option(help="Comma list of fp32, fp16, bf16 (aliases accepted), or 'all'.")]
-MethodOption = Annotated[str, typer.Option("--method", help="Timing method: cold (L2 flushed), warm, graph.")]
+# Choices are Literal types: Typer checks them (exit 2, "Invalid value for '--method'") and lists them in --help.
+TimingMethod = Literal[TIMING_METHODS]  # type: ignore[valid-type] - the tuple of names, spelled once
+MethodOption = Annotated[TimingMethod, typer.Option("--method", help="Timing method: cold (L2 flushed), warm, graph.")]
 
 
 class UserError(Exception):
@@ -81,22 +69,15 @@ def friendly(function: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def command(name: str | None = None, *, on: typer.Typer | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def command(name: str | None = None, *, on: typer.Typer | None = None,
+            context_settings: dict[str, Any] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a command on ``on`` (default ``app``, or a group such as ``db``) with its expected
     errors shown as one line (``friendly``)."""
 
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
-        return (on or app).command(name)(friendly(function))
+        return (on or app).command(name, context_settings=context_settings)(friendly(function))
 
     return register
-
-
-def check_method(method: str) -> str:
-    from autotuner.domain import TIMING_METHODS as METHODS
-
-    if method not in METHODS:
-        raise UserError(f"--method {method!r} is not one of {', '.join(METHODS)}", code=2)
-    return method
 
 
 def parse_duration(text: str) -> float:
@@ -147,24 +128,11 @@ def print_table(table: Any) -> None:
         Console(file=out.file, width=10_000, no_color=out.no_color).print(table)
 
 
-def version() -> str:
-    """The installed package's version, or pyproject.toml's beside a source checkout."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("softmax-autotuner")
-    except metadata.PackageNotFoundError:
-        import re
-        from pathlib import Path
-
-        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
-        found = re.search(r'^version = "([^"]+)"', pyproject.read_text(), re.M) if pyproject.is_file() else None
-        return found.group(1) if found else "unknown"
-
-
 def _show_version(value: bool) -> None:
     if value:
-        out.print(f"softmax-autotuner {version()}", highlight=False)
+        from autotuner import __version__
+
+        out.print(f"softmax-autotuner {__version__}", highlight=False)
         raise typer.Exit()
 
 

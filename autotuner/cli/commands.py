@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, check_method, command, console, how_to_fill, out, print_json, print_table
-from autotuner.lookup.table import DEFAULT_RULE
+from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, command, console, how_to_fill, out, print_json, print_table
+from autotuner.fit.rule import DEFAULT_RULE
 
 
 @command()
@@ -20,32 +20,48 @@ def fit(
     rule: Annotated[str, typer.Option(help="Lookup rule: local-regret-clamped (default), local-regret, interp-log or nearest-log.")] = DEFAULT_RULE,
     export: Annotated[Optional[str], typer.Option(help="Also write each table as JSON into this folder.")] = None,
     any_source: Annotated[bool, typer.Option("--any-source", help="Also use rows measured with an older source of a variant (default: current source only).")] = False,
+    replace_worse: Annotated[bool, typer.Option("--replace-worse", help="Store a table even where it answers worse, or covers less, than the one answering today.")] = False,
 ) -> None:
-    """Fit dispatch tables from the measurements and print their leave-one-out regret."""
+    """Fit dispatch tables from the measurements and print their leave-one-out regret. A table that would
+    answer worse than, or cover less than, the one answering today (fitted or shipped) is not stored
+    without --replace-worse; measurements that contradict earlier ones of the same shapes are listed."""
+    from functools import partial
     from pathlib import Path
 
     from sqlalchemy.orm import Session
 
+    from autotuner.fit import guard
     from autotuner.fit.fit import FitError, fit_table
     from autotuner.tune.grid import parse_dtypes
     from autotuner.lookup.gpu import validate_gpu_key
-    from autotuner.lookup.table import RULES
+    from autotuner.fit.rule import RULES
     from db.engine import make_engine
 
-    check_method(method)
     if rule not in RULES:
         raise UserError(f"--rule {rule!r} is not one of {', '.join(RULES)}", code=2)
     key = validate_gpu_key(gpu)
     engine = make_engine(db)
     report = Table("gpu", "dtype", "method", "candidates", "shapes", "regret geomean", "p95", "max")
-    fitted = 0
+    fitted = refused = 0
     for dt in parse_dtypes(dtype):
         with Session(engine, expire_on_commit=False) as session, session.begin():
+            today = guard.incumbent(session, key, dt, method)
             try:
-                document = fit_table(session, key, dt, method, rule=rule, any_source=any_source)
+                document = fit_table(session, key, dt, method, rule=rule, any_source=any_source,
+                                     accept=partial(guard.check_replacement, today=today, replace_worse=replace_worse))
+            except guard.WorseTableError as exc:
+                console.print(f"[red]refused:[/red] {exc}", highlight=False)
+                refused += 1
+                continue
             except FitError as exc:
                 console.print(f"[yellow]{exc}[/yellow]", highlight=False)
                 continue
+            found = guard.fit_contradictions(session, key, dt, method, document["environment"]["id"])
+        if found:
+            console.print(f"[yellow]warning:[/yellow] {key}/{dt}/{method}: {len(found)} newest measurement(s) differ from "
+                          f"an earlier run's of the same shape by more than {guard.CONTRADICTION_FACTOR}x beyond both "
+                          f"spreads (the fit takes the newest): " + "; ".join(map(str, found[:guard.SHOWN]))
+                          + (f" (and {len(found) - guard.SHOWN} more)" if len(found) > guard.SHOWN else ""), highlight=False)
         fitted += 1
         regret = document["regret"]
         report.add_row(key, dt, method, str(len(document["candidates"])), str(len(document["points"])),
@@ -54,24 +70,34 @@ def fit(
             folder = Path(export)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{key}_{dt}_{method}.json").write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
-    if not fitted:
+    if not fitted and not refused:
         raise UserError(f"nothing fitted for {key}: run `autotuner sweep --gpu {key}` first")
-    print_table(report)
+    if fitted:
+        print_table(report)
+    if refused:
+        raise UserError(f"{refused} table(s) not stored: they would answer worse than, or cover less than, the "
+                        f"tables answering today (see above); {guard.REPLACE_FLAG} stores them anyway")
 
 
-@command("select")
+# a negative M or N is read as a value (and refused by its range, exit 2), not as an unknown option
+@command("select", context_settings={"ignore_unknown_options": True})
 def select_command(
-    m: Annotated[int, typer.Argument(help="Rows.", min=0)],
-    n: Annotated[int, typer.Argument(help="Row length.", min=1)],
-    dtype: Annotated[str, typer.Argument(help="fp32, fp16 or bf16 (aliases accepted).")],
+    m: Annotated[int, typer.Argument(metavar="M", help="Rows (M >= 0).", min=0)],
+    n: Annotated[int, typer.Argument(metavar="N", help="Row length (N >= 1).", min=1)],
+    dtype: Annotated[str, typer.Argument(metavar="DTYPE", help="fp32, fp16 or bf16 (aliases accepted).")],
     gpu: Annotated[Optional[str], typer.Option(help="GPU model (default: this machine's).")] = None,
     method: MethodOption = "cold",
+    db: DbOption = None,
 ) -> None:
-    """Print the kernel the dispatch tables choose for one shape, as JSON."""
-    from autotuner.lookup.select import select_kernel
+    """Print the kernel the dispatch tables choose for one shape, as JSON, with the table that answered
+    (``table``: shipped or the database's, its fit time and source runs; null for the fallback)."""
+    from autotuner.report.reports import answering_store, table_origin
 
-    check_method(method)
-    print_json(select_kernel(m, n, dtype, gpu=gpu, timing_method=method).as_dict())
+    store, from_database = answering_store(db)
+    choice = store.select(m, n, dtype, gpu=gpu, method=method)
+    table_gpu = choice.source.removeprefix("nearest-gpu:").split("/")[0] if choice.source.startswith("nearest-gpu:") else choice.gpu
+    table = store.get(table_gpu, choice.dtype, method)
+    print_json({**choice.as_dict(), "table": table_origin(table, table is not None and table.key in from_database)})
 
 
 @command()
@@ -81,26 +107,32 @@ def report(
     dtype: DtypesOption = "all",
     method: MethodOption = "cold",
     markdown_file: Annotated[Optional[str], typer.Option("--markdown", help="Also write the per-shape table here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the shapes and per-dtype figures as JSON instead.")] = False,
 ) -> None:
     """Per shape: our best kernel against a copy of the same bytes (fraction of speed of light)."""
     from pathlib import Path
 
     from sqlalchemy.orm import Session
 
-    from autotuner.report.bench import markdown, shape_reports, summary
+    from autotuner.report.bench import markdown, report_document, shape_reports, summary
     from autotuner.tune.grid import parse_dtypes
     from autotuner.lookup.gpu import validate_gpu_key
-    from db.engine import EmptyDatabaseError, make_engine
+    from db.engine import reader_engine
 
-    check_method(method)
     key = validate_gpu_key(gpu)
-    try:
-        with Session(make_engine(db, create=False)) as session:
+    engine = reader_engine(db)
+    reports = []
+    if engine is not None:
+        with Session(engine) as session:
             reports = shape_reports(session, key, method, parse_dtypes(dtype))
-    except EmptyDatabaseError:
-        reports = []
+        engine.dispose()
     if not reports:
         raise UserError(f"no measurements of {key} with method {method} in this database: {how_to_fill(key)}")
+    if markdown_file:
+        Path(markdown_file).write_text(markdown(reports) + "\n")
+    if as_json:
+        print_json(report_document(key, method, reports))
+        return
     table = Table("dtype", "M", "N", "copy us", "best own us", "fraction", "torch us", "best own")
     for r in reports:
         table.add_row(r.dtype, str(r.m), str(r.n), *(f"{v:.2f}" if v else "-" for v in (r.copy_us, r.best_own_us, r.fraction, r.torch_us)),
@@ -111,45 +143,75 @@ def report(
         out.print(f"{dt}: {figures['shapes']} shapes, geomean {figures['geomean'] or 0:.3f} of copy speed, "
                   f"min {figures['min'] or 0:.3f} ({figures['worst_shape']}), "
                   f"min on >=64MB {figures['big_min'] or 0:.3f} over {figures['big_shapes']} shapes", highlight=False)
-    if markdown_file:
-        Path(markdown_file).write_text(markdown(reports) + "\n")
 
 
 @app.command()
 def kernels(as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False) -> None:
-    """List every registered kernel variant, its seed, dtypes, configs and whether it runs here."""
-    from autotuner.report.catalog import describe_variants
+    """List every registered kernel variant: seed, dtypes, configs, what a GPU needs to run it (compute
+    capability, shared memory, cluster), the GPU models that do, and whether it runs here."""
+    from autotuner.report.catalog import describe_variants, needs_text
 
     described = describe_variants()
     if as_json:
         print_json(described)
         return
-    table = Table("variant", "seed", "backend", "dtypes", "configs", "available")
-    for column in table.columns[:5]:  # names whole; only the reason wraps on a narrow terminal
+    table = Table("variant", "seed", "backend", "dtypes", "configs", "min sm", "needs", "runs on", "available")
+    for column in table.columns[:6]:  # names whole; the needs, models and reason wrap on a narrow terminal
         column.no_wrap = True
     table.columns[0].min_width = max((len(entry["name"]) for entry in described), default=7)
     for entry in described:
         table.add_row(entry["name"], entry["seed"], entry["backend"], ",".join(entry["dtypes"]), str(len(entry["configs"])),
-                      "yes" if entry["available"] else f"no: {entry['reason']}")
+                      *needs_text(entry), "yes" if entry["available"] else f"no: {entry['reason']}")
     print_table(table)
 
 
 @command()
 def tables(db: DbOption = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False) -> None:
-    """List the shipped and fitted dispatch tables with their regret figures."""
+    """List the shipped and fitted dispatch tables with their regret figures, fit time and source runs;
+    ``answers`` marks the table that answers its GPU, dtype and method (a database's overlays the shipped)."""
     from autotuner.report.reports import table_listing
 
     listing = table_listing(db)
     if as_json:
         print_json(listing)
         return
-    table = Table("origin", "gpu", "dtype", "method", "candidates", "shapes", "regret geomean", "p95", "max")
+    table = Table("origin", "answers", "gpu", "dtype", "method", "candidates", "shapes", "regret geomean", "p95", "max",
+                  "fitted", "runs")
     for row in listing:
-        table.add_row(row["origin"], row["gpu"], row["dtype"], row["timing_method"], str(row["candidate_count"]),
-                      str(row["shape_count"]), *(f"{row[k]:.4f}" if row[k] is not None else "-"
-                                                 for k in ("regret_geomean", "regret_p95", "regret_max")))
+        if "error" in row:
+            table.add_row(row["origin"], "no", row["error"])
+            continue
+        runs = row["source_runs"] or []
+        table.add_row(row["origin"], "yes" if row["answers"] else "no", row["gpu"], row["dtype"], row["timing_method"],
+                      str(row["candidate_count"]), str(row["shape_count"]),
+                      *(f"{row[k]:.4f}" if row[k] is not None else "-" for k in ("regret_geomean", "regret_p95", "regret_max")),
+                      row["created_at"] or "-", f"{len(runs)}: {min(runs)}..{max(runs)}" if runs else "-")
     print_table(table)
+
+
+@command("convert-tables")
+def convert_tables(files: Annotated[list[str], typer.Argument(help="Table JSON files to convert in place.")]) -> None:
+    """Rewrite dispatch table files of an older format in this program's, with their decision index
+    (the fit's rule evaluated over the whole domain: about a minute a table on a 2-core CPU)."""
+    from pathlib import Path
+
+    from autotuner.fit.index import index_document
+
+    for name in files:
+        path = Path(name)
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UserError(f"cannot read dispatch table {path}: {exc}") from None
+        if not isinstance(document, dict) or "candidates" not in document or "points" not in document:
+            raise UserError(f"{path} is not a dispatch table (no 'candidates' and 'points')")
+        converted = index_document(document)
+        partial = path.with_name(f".{path.name}.tmp")
+        partial.write_text(json.dumps(converted, indent=1, sort_keys=True) + "\n")
+        partial.replace(path)
+        out.print(f"{path}: format_version {document.get('format_version')} -> {converted['format_version']}",
+                  highlight=False)
 
 
 @command()
@@ -159,8 +221,11 @@ def serve(
     db: DbOption = None,
 ) -> None:
     """Serve /dispatch, /gpus, /tables, /kernels, /measurements and the dispatch-map page over HTTP."""
-    from service.config import Settings
+    from service.config import Settings, SettingsError
     from service.main import run
 
-    settings = Settings(database_url=db) if db else Settings()
+    try:
+        settings = Settings(database_url=db) if db else Settings()
+    except SettingsError as exc:  # a short or shared upload token, a scope naming an unknown GPU
+        raise UserError(str(exc), code=2) from None
     run(host, port, settings)

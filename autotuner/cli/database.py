@@ -31,7 +31,7 @@ def upgrade_command(db: DbOption = None) -> None:
     from pathlib import Path
 
     from db.engine import DatabaseError, make_engine, missing_sqlite_file, resolve_database_url
-    from db.migrate import backup_sqlite, current_revision, head_revision, upgrade
+    from db.migrate import backup_sqlite, current_revision, head_revision, known_revisions, upgrade
 
     url = resolve_database_url(db)
     if missing_sqlite_file(url):
@@ -45,6 +45,10 @@ def upgrade_command(db: DbOption = None) -> None:
             return
         if before is None:
             raise DatabaseError(f"{engine.url.render_as_string(hide_password=True)} is not a tuning database")
+        if before not in known_revisions():  # checked before the backup: each try would leave one
+            raise DatabaseError(f"{engine.url.render_as_string(hide_password=True)} is at schema revision {before}, which "
+                                f"this program does not know (newest known {head_revision()}): it was made by a newer "
+                                f"softmax-autotuner; upgrade the program, not the database")
         if engine.url.get_backend_name() == "sqlite":
             out.print(f"backup: {backup_sqlite(Path(engine.url.database), str(int(before)))}")
         before, after = upgrade(engine)

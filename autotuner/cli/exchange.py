@@ -27,10 +27,14 @@ def export_command(
     from sqlalchemy.orm import Session
 
     from autotuner.records.exchange import export_runs
-    from db.engine import make_engine
+    from db.engine import reader_engine
 
-    with Session(make_engine(db, create=False)) as session:
+    engine = reader_engine(db)
+    if engine is None:
+        raise UserError("the database is empty: nothing exported")
+    with Session(engine) as session:
         document = export_runs(session, run_ids=run, gpu_key=gpu)
+    engine.dispose()
     if not document["runs"]:
         raise UserError("no runs matched: nothing exported")
     text = json.dumps(document, default=str)
@@ -46,8 +50,9 @@ def export_command(
 def import_command(
     source: Annotated[str, typer.Argument(help="Exchange document (.json or .json.gz).")],
     db: DbOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was written as a JSON document instead.")] = False,
 ) -> None:
-    """Load an exchange document into the database, all or nothing."""
+    """Load an exchange document into the database, all or nothing, and say what it wrote."""
     from sqlalchemy.orm import Session
 
     from autotuner.records.exchange import import_runs
@@ -63,4 +68,16 @@ def import_command(
         raise UserError(f"cannot read {source}: {exc}") from None
     with Session(make_engine(db), expire_on_commit=False) as session, session.begin():
         summary = import_runs(session, data)
-    print_json(summary.model_dump(mode="json"))
+    if as_json:
+        print_json(summary.model_dump(mode="json"))
+        return
+    out.print(f"imported {summary.runs_created} new run(s), {summary.runs_reused} already here, of "
+              f"{', '.join(summary.gpus) or 'no GPU'}: {summary.measurements} measurements, "
+              f"{summary.copy_references} copy references, {summary.candidates} candidates (run ids {_id_span(summary.run_ids)})", highlight=False)
+
+
+def _id_span(ids: list[int]) -> str:
+    """``3-9`` for consecutive ids, else the list."""
+    if len(ids) > 1 and sorted(ids) == list(range(min(ids), max(ids) + 1)):
+        return f"{min(ids)}-{max(ids)}"
+    return ", ".join(map(str, ids)) or "none"

@@ -15,8 +15,8 @@ DEFAULT_FOLDER = "autotuner/tables"
 
 @command()
 def predict(
-    gpu: Annotated[Optional[list[str]], typer.Option(help="GPU model to predict a table for (repeatable): a100, l4, l40s, rtx4090, b200, ...")] = None,
-    all_models: Annotated[bool, typer.Option("--all", help="Every model gpu_models lists that has no recordings of its own.")] = False,
+    gpu: Annotated[Optional[list[str]], typer.Option(help="GPU model to predict a table for (repeatable): any model gpu_models lists.")] = None,
+    all_models: Annotated[bool, typer.Option("--all", help="The shipped models (a100, l4, l40s, rtx4090, b200: PREDICTED_MODELS).")] = False,
     dtype: DtypesOption = "all",
     out: Annotated[str, typer.Option(help="Folder the tables are written to (<gpu>_<dtype>_cold.json).")] = DEFAULT_FOLDER,
     recording: Annotated[Optional[list[str]], typer.Option(help="`autotuner export` recordings to predict from (repeatable; default: the committed ones).")] = None,

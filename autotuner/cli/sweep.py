@@ -13,30 +13,28 @@ import os
 import sys
 import time
 from contextlib import ExitStack
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Callable, Literal, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, UserError, check_method, command, console, how_to_fill, out, parse_duration, print_json, print_table
+from autotuner.cli.app import DbOption, TimingMethod, UserError, command, console, how_to_fill, out, parse_duration, print_json, print_table
 
 log = logging.getLogger(__name__)
 
 REAL_MEASURER = "autotuner.tune.measure:Measurer"
 FAKE_GPU_ENV = "AUTOTUNER_FAKE_GPU"
-L2_MODES = ("cold", "warm")
-TIMINGS = ("events", "graph")
-GRIDS = ("domain", "classic")
+L2Mode = Literal["cold", "warm"]
+TimingKind = Literal["events", "graph"]
+GridKind = Literal["domain", "classic"]
+ALL_DEVICES = "all"
 
 
 def resolve_method(method: str | None, l2: str | None, timing: str | None) -> str:
     """The stored timing method from ``--l2``/``--timing`` (the issue's spelling) or ``--method``:
-    events+cold → cold, events+warm → warm, graph → graph. Contradictions are refused."""
-    if l2 is not None and l2 not in L2_MODES:
-        raise UserError(f"--l2 {l2!r} is not one of {', '.join(L2_MODES)}", code=2)
-    if timing is not None and timing not in TIMINGS:
-        raise UserError(f"--timing {timing!r} is not one of {', '.join(TIMINGS)}", code=2)
+    events+cold → cold, events+warm → warm, graph → graph (each already one of its choices: Typer checks
+    them). Contradictions are refused."""
     implied = None
     if timing == "graph":
         if l2 == "cold":
@@ -46,28 +44,35 @@ def resolve_method(method: str | None, l2: str | None, timing: str | None) -> st
         implied = l2 or "cold"
     if method is None:
         return implied or "cold"
-    check_method(method)
     if implied is not None and implied != method:
         raise UserError(f"--method {method} contradicts --l2/--timing (which mean {implied}); give one or the other", code=2)
     return method
 
 
-def parse_devices(text: str | None, device: int, count: Callable[[], int]) -> list[int]:
-    """``--devices 0,1`` or ``all`` (every visible device); without it, ``--device``."""
-    if text is None:
-        return [device]
-    if text.strip().lower() == "all":
-        found = count()
-        if found < 1:
-            raise UserError("--devices all: no CUDA device is visible", code=1)
-        return list(range(found))
+def device_indices(text: str) -> list[int] | str:
+    """``--devices``' value: a comma list of distinct device indices, or ``all``; anything else is a bad
+    parameter (Typer's one-line usage error, exit 2)."""
+    if text.strip().lower() == ALL_DEVICES:
+        return ALL_DEVICES
     try:
         indices = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise UserError(f"--devices {text!r} is not a comma list of device indices or 'all' (e.g. 0,1)", code=2) from None
+        raise typer.BadParameter(f"{text!r} is not a comma list of device indices or 'all' (e.g. 0,1)") from None
     if not indices or any(i < 0 for i in indices) or len(set(indices)) != len(indices):
-        raise UserError(f"--devices {text!r}: expected distinct non-negative indices such as 0,1, or 'all'", code=2)
+        raise typer.BadParameter(f"{text!r}: expected distinct non-negative indices such as 0,1, or 'all'")
     return indices
+
+
+def chosen_devices(devices: list[int] | str | None, device: int, count: Callable[[], int]) -> list[int]:
+    """The devices to sweep on: ``--devices`` (``all``: every visible one), else ``--device``."""
+    if devices is None:
+        return [device]
+    if devices != ALL_DEVICES:
+        return list(devices)
+    found = count()
+    if found < 1:
+        raise UserError("--devices all: no CUDA device is visible", code=1)
+    return list(range(found))
 
 
 def fake_gpu(measurer: str) -> tuple[str, int] | None:
@@ -109,12 +114,9 @@ def choose_grid(grid: str | None, m: str | None, n: str | None) -> str:
     """``--grid`` domain (default) or classic; --m/--n list the classic grid's axes, so they imply it."""
     if grid is None:
         return "classic" if m or n else "domain"
-    kind = grid.strip().lower()
-    if kind not in GRIDS:
-        raise UserError(f"--grid {grid!r} is not one of {', '.join(GRIDS)}", code=2)
-    if kind == "domain" and (m or n):
+    if grid == "domain" and (m or n):
         raise UserError("--m/--n set the classic grid's axes; the domain grid chooses its own (drop --m/--n or use --grid classic)", code=2)
-    return kind
+    return grid
 
 
 def visible_device_count() -> int:
@@ -127,16 +129,16 @@ def visible_device_count() -> int:
 def sweep(
     gpu: Annotated[str, typer.Option(help="GPU model to tune (h100, h200, a100, ...) or 'auto'; must match the devices.")] = "auto",
     db: DbOption = None,
-    grid: Annotated[Optional[str], typer.Option("--grid", help="domain: coarse lattice over the whole shape domain, then refinement where neighbouring winners disagree (default; stops at --budget, 25m unless given). classic: the fixed grid (implied by --m/--n).")] = None,
+    grid: Annotated[Optional[GridKind], typer.Option("--grid", case_sensitive=False, help="domain: coarse lattice over the whole shape domain, then refinement where neighbouring winners disagree (default; stops at --budget, 25m unless given). classic: the fixed grid (implied by --m/--n).")] = None,
     m: Annotated[Optional[str], typer.Option("--m", help="Comma list of M (rows), e.g. 1,32,4096, for the classic grid. Default: the documented grid.")] = None,
     n: Annotated[Optional[str], typer.Option("--n", help="Comma list of N (row length), e.g. 1024,32000,50257.")] = None,
     dtype: Annotated[str, typer.Option(help="Comma list of fp32, fp16, bf16 (aliases accepted), or 'all'.")] = "all",
     variant: Annotated[Optional[list[str]], typer.Option("--variant", help="Only these variants (repeatable).")] = None,
-    l2: Annotated[Optional[str], typer.Option("--l2", help="cold: L2 flushed before each timed call (default); warm: input may sit in L2.")] = None,
-    timing: Annotated[Optional[str], typer.Option("--timing", help="events: CUDA events per call (default); graph: replays of a captured CUDA graph.")] = None,
-    method: Annotated[Optional[str], typer.Option("--method", help="Stored timing method cold, warm or graph (same as --l2/--timing).")] = None,
+    l2: Annotated[Optional[L2Mode], typer.Option("--l2", help="cold: L2 flushed before each timed call (default); warm: input may sit in L2.")] = None,
+    timing: Annotated[Optional[TimingKind], typer.Option("--timing", help="events: CUDA events per call (default); graph: replays of a captured CUDA graph.")] = None,
+    method: Annotated[Optional[TimingMethod], typer.Option("--method", help="Stored timing method cold, warm or graph (same as --l2/--timing).")] = None,
     device: Annotated[int, typer.Option(help="CUDA device index to sweep on (one GPU).")] = 0,
-    devices: Annotated[Optional[str], typer.Option("--devices", help="Several GPUs of one model: comma list of indices (0,1) or 'all'.")] = None,
+    devices: Annotated[Optional[str], typer.Option("--devices", parser=device_indices, metavar="<0,1|all>", help="Several GPUs of one model: comma list of indices (0,1) or 'all'.")] = None,
     time_cap: Annotated[float, typer.Option(help="Seconds of timing per candidate and shape, at most.")] = 0.5,
     item_timeout: Annotated[float, typer.Option(help="Seconds before a hung candidate is killed.")] = 120.0,
     budget: Annotated[Optional[str], typer.Option(help="Stop after this wall time (90s, 10m, 1h); shapes go coarse to fine.")] = None,
@@ -157,7 +159,7 @@ def sweep(
     from autotuner.tune.sampling import COARSE_M, COARSE_N, DEFAULT_DOMAIN_BUDGET_S, coarse_shapes, describe_estimate, estimate_seconds
     from autotuner.report.heldout import all_held_out_shapes
     from autotuner.fit.quick import QUICK_BUDGET_S, label, predictions_of, starting_predictions
-    from autotuner.tune.strategy import DomainStrategy, FixedGrid, QuickStrategy, every_candidate, run_strategy
+    from autotuner.tune.strategy import DomainStrategy, FixedGrid, QuickStrategy, every_candidate, run_strategy, winner_or_peer_regret
     from autotuner.tune.sweep import Sweep, plan, usable_variants
     from autotuner.tune.worker import WorkerRunner, resolve_hook
     from kernels import all_variants
@@ -178,7 +180,7 @@ def sweep(
     for hook in hooks:
         resolve_hook(hook)()
     fake = fake_gpu(measurer)
-    device_list = parse_devices(devices, device, (lambda: fake[1]) if fake else visible_device_count)
+    device_list = chosen_devices(devices, device, (lambda: fake[1]) if fake else visible_device_count)
     engine = open_shared_database(db)
     gpu_info = resolve_gpus(gpu, device_list, fake)
     variants, skipped = usable_variants(all_variants(), variant)
@@ -196,7 +198,8 @@ def sweep(
         candidates = every_candidate(variants)
         described = {"strategy": "quick", "dtypes": sorted(dtypes)}
     elif kind == "domain":
-        strategy = DomainStrategy(coarse=coarse_shapes(dtypes), avoid=all_held_out_shapes(dtypes))
+        strategy = DomainStrategy(coarse=coarse_shapes(dtypes), avoid=all_held_out_shapes(dtypes),
+                                  error=winner_or_peer_regret())  # issue 30: also where a peer beats ours
         candidates = every_candidate(variants)
         described = {"strategy": "domain", "m": list(COARSE_M), "n": list(COARSE_N), "dtypes": sorted(dtypes)}
     else:
@@ -274,14 +277,16 @@ def status(
 
     from autotuner.lookup.gpu import validate_gpu_key
     from autotuner.report.status import database_status
-    from db.engine import EmptyDatabaseError, make_engine
+    from db.engine import reader_engine
 
     key = validate_gpu_key(gpu) if gpu else None
-    try:
-        with Session(make_engine(db, create=False)) as session:
-            report = database_status(session, key)
-    except EmptyDatabaseError:  # a fresh install: nothing measured yet is a state, not an error
+    engine = reader_engine(db)
+    if engine is None:  # a fresh install: nothing measured yet is a state, not an error
         report = {"gpus": [], "work_list": {"by_status": {}, "claimed": []}}
+    else:
+        with Session(engine) as session:
+            report = database_status(session, key)
+        engine.dispose()
     if as_json:
         print_json(report)
         return

@@ -25,9 +25,12 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy.orm import Session
 
+from autotuner.fit.launch_cost import preferred_candidates
 from autotuner.tune.measure import QUICK_REPS, VariantConfig
 from autotuner.tune.retime import slower_than_larger
-from autotuner.lookup.table import DEFAULT_RULE, FORMAT_VERSION, DispatchTable
+from autotuner.fit.index import index_document
+from autotuner.fit.rule import DEFAULT_RULE, RuleTable
+from autotuner.records.store import write_table_file
 from db import queries
 
 BAD_STATUSES = ("wrong", "fault")
@@ -87,17 +90,20 @@ def build_document(observations: Sequence[Observation], constraints: Callable[[s
                    *, gpu: str, gpu_name: str, dtype: str, timing_method: str, rule: str = DEFAULT_RULE,
                    copy_times: dict[tuple[int, int], float] | None = None, prune_margin: float = DEFAULT_PRUNE_MARGIN,
                    source_runs: Sequence[int] = (), environment: dict[str, Any] | None = None,
-                   requirements: Callable[[str, dict[str, Any]], dict[str, int]] | None = None) -> dict[str, Any]:
-    """The table document for these observations (see ``autotuner/lookup/table.py``), pruned; each
-    candidate carries ``requirements(variant, config)`` (what a GPU needs to run it) when given."""
+                   requirements: Callable[[str, dict[str, Any]], dict[str, int]] | None = None,
+                   with_index: bool = True) -> dict[str, Any]:
+    """The table document for these observations (see ``autotuner/lookup/table.py``), pruned, with its
+    decision index (``autotuner/fit/index.py``; without ``with_index``, the rule's inputs alone in
+    format 1, for a caller that wants only its regret); each candidate carries
+    ``requirements(variant, config)`` (what a GPU needs to run it) when given."""
     candidate_keys = sorted({(o.variant, o.config_key) for o in observations})
     configs = {(o.variant, o.config_key): o.config for o in observations}
     shapes = sorted({(o.m, o.n) for o in observations})
     times = {(o.variant, o.config_key, o.m, o.n): o.median_us for o in observations}
     kept = prune(candidate_keys, shapes, times, prune_margin)
     copy_times = copy_times or {}
-    return {
-        "format_version": FORMAT_VERSION,
+    document = {
+        "format_version": 1,
         "gpu": gpu, "gpu_name": gpu_name, "dtype": dtype, "timing_method": timing_method, "rule": rule,
         "prune_margin": prune_margin,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -112,6 +118,7 @@ def build_document(observations: Sequence[Observation], constraints: Callable[[s
             for m, n in shapes
         ],
     }
+    return index_document(document) if with_index else document
 
 
 def prune(candidates: Sequence[tuple[str, str]], shapes: Sequence[tuple[int, int]],
@@ -135,7 +142,9 @@ def _times_by_shape(candidates: Sequence[tuple[str, str]], shapes: Sequence[tupl
 def _prune(candidates: Sequence[tuple[str, str]], rows: dict[tuple[int, int], dict[tuple[str, str], float]],
            margin: float) -> list[tuple[str, str]]:
     """``prune`` on times grouped by shape. A candidate goes when every shape where it is within
-    ``margin`` of the best keeps another candidate within ``margin`` (the same test, counted)."""
+    ``margin`` of the best keeps another candidate within ``margin`` (the same test, counted). A shape's
+    win goes to the candidates ``launch_cost.preferred_candidates`` names there: its fastest, unless one
+    within the noise of them costs less to launch."""
     near: dict[tuple[str, str], list[tuple[int, int]]] = {c: [] for c in candidates}
     wins = dict.fromkeys(candidates, 0)
     count: dict[tuple[int, int], int] = {}
@@ -144,8 +153,9 @@ def _prune(candidates: Sequence[tuple[str, str]], rows: dict[tuple[int, int], di
             continue
         best = min(row.values())
         count[shape] = 0
+        winners = preferred_candidates(row)  # issue 30: a tie within the noise goes to the cheaper launch
         for candidate, time in row.items():
-            wins[candidate] += time == best
+            wins[candidate] += candidate in winners
             if time <= best * (1 + margin):
                 near[candidate].append(shape)
                 count[shape] += 1
@@ -168,7 +178,7 @@ class LeftOut:
     regret: float
     missed: bool  # the choice was not measured here: scored as the slowest measured
     quick: bool  # the choice had only the sweep's quick estimate here
-    table: DispatchTable  # the refitted table that answered, for diagnosis
+    table: RuleTable  # the refitted table's rule that answered, for diagnosis
 
 
 def leave_one_out_picks(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
@@ -188,7 +198,7 @@ def leave_one_out_picks(observations: Sequence[Observation], constraints: Callab
     for held_out in shapes if len(shapes) > 1 else ():
         rest = [s for s in shapes if s != held_out]
         kept = _prune(candidates, {s: rows[s] for s in rest}, prune_margin)
-        reduced = DispatchTable({"format_version": FORMAT_VERSION, "gpu": "-", "dtype": "-", "rule": rule,
+        reduced = RuleTable({"format_version": 1, "gpu": "-", "dtype": "-", "rule": rule,
                                  "candidates": [entries[c] for c in kept],
                                  "points": [{"m": m, "n": n, "times": [times.get((*c, m, n)) for c in kept]} for m, n in rest]})
         pick = reduced.lookup(*held_out)
@@ -296,8 +306,12 @@ def without_disturbed(observations: Sequence[Observation]) -> list[Observation]:
 
 def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
               rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN, environment_id: int | None = None,
-              any_source: bool = False, include_peers: bool = False, save: bool = True) -> dict[str, Any]:
-    """Fit, score and (if ``save``) store the table of one (GPU, dtype, method); returns the document."""
+              any_source: bool = False, include_peers: bool = False, save: bool = True,
+              accept: Callable[[dict[str, Any]], Any] | None = None, with_index: bool = True) -> dict[str, Any]:
+    """Fit, score and (if ``save``) store the table of one (GPU, dtype, method); returns the document
+    (with its decision index unless ``with_index`` is off and it is not saved: a caller comparing
+    regrets only skips the index build, about 5-60 s a table on the CPU machine). ``accept(document)``
+    runs before it is stored and may refuse it by raising (``fit/guard.py``)."""
     inputs = fit_inputs(session, gpu_key, dtype, timing_method, environment_id=environment_id,
                         any_source=any_source, include_peers=include_peers)
     observations, constraints, runs = inputs.observations, inputs.constraints, inputs.runs
@@ -306,11 +320,15 @@ def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "
     document = build_document(observations, constraints, gpu=gpu_key, gpu_name=inputs.gpu.name, dtype=dtype,
                               timing_method=timing_method, rule=rule, copy_times=copies,
                               prune_margin=prune_margin, source_runs=runs,
-                              environment={"id": inputs.environment_id}, requirements=inputs.requirements)
+                              environment={"id": inputs.environment_id}, requirements=inputs.requirements,
+                              with_index=with_index or save)
     document["regret"] = leave_one_out_regret(observations, constraints, rule=rule, prune_margin=prune_margin)
     document["excluded_failing"] = sorted(f"{v}[{k}]" for v, k in inputs.banned)
+    if accept is not None:
+        accept(document)
     if save:
         queries.save_table(session, inputs.gpu, dtype, timing_method, document, source_runs=runs,
                            candidate_count=len(document["candidates"]), regret=document["regret"],
                            environment_id=inputs.environment_id)
+        write_table_file(session, document)
     return document

@@ -1,6 +1,13 @@
 """A dispatch table for a GPU with no measurements: every recorded time of the measured GPUs moved to
 it by the performance model (``autotuner/fit/perfmodel.py``), then fitted as a measured table is
-(``fit.build_document``: pruning, the table rule), marked ``"source": "predicted"``.
+(``fit.build_document``: pruning, the table rule), marked ``"source": "predicted"``, with its decision
+index (``autotuner/fit/index.py``) as ``autotuner fit`` writes it, so the lookup reads it as any
+format-2 table. Its index holds one view, the target's own kernels: a predicted table answers for its
+own GPU only (``autotuner/lookup/select.py``), so no other GPU's view is built.
+
+Which GPUs ship one (``PREDICTED_MODELS``, ``autotuner predict --all``): one model per architecture
+the measured GPUs do not cover, the ones issue 33 names (A100 80GB SXM, L4, L40S, RTX 4090, B200);
+each table's index is 0.3-1 MB and a few minutes of CPU to build, so not every listed model gets one.
 
 Which candidates: every one recorded on a measured GPU in that dtype whose requirements the target
 meets (``gpu_models.runs_on``). Which shapes: every shape a measured GPU recorded, whose input and
@@ -18,14 +25,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Container, Iterable, Mapping, Sequence
 
 from autotuner.fit.fit import Observation, build_document
+from autotuner.fit.index import index_document
 from autotuner.fit.perfmodel import TERMS, PerfModel, copy_floor_us, element_bytes, fit_model
 from autotuner.fit.samples import Sample
 from autotuner.lookup.gpu_models import GPU_MODELS, GpuSpec, runs_on
 
 PREDICTED_SOURCE = "predicted"
+PREDICTED_MODELS = ("a100", "l4", "l40s", "rtx4090", "b200")  # what ``autotuner predict --all`` writes
 MEMORY_SHARE = 4  # input + output may take at most 1/4 of the target's memory
 
 
@@ -62,8 +71,10 @@ def candidate_share(donor: GpuSpec, target: GpuSpec) -> float:
 
 
 def predicted_observations(samples: Iterable[Sample], model: PerfModel, target: GpuSpec, dtype: str,
-                           requirements: Callable[[str, Mapping[str, Any]], dict[str, int]]) -> list[Observation]:
-    """Every recorded (candidate, shape) of ``dtype`` the target runs, with its time moved to it."""
+                           requirements: Callable[[str, Mapping[str, Any]], dict[str, int]],
+                           shapes: Container[tuple[int, int]] | None = None) -> list[Observation]:
+    """Every recorded (candidate, shape) of ``dtype`` the target runs, with its time moved to it; only
+    at ``shapes`` where given."""
     configs: dict[tuple[str, str], Mapping[str, Any]] = {}
     runnable: dict[tuple[str, str], bool] = {}
     limit = target.memory_bytes // MEMORY_SHARE if target.memory_bytes else math.inf
@@ -72,6 +83,8 @@ def predicted_observations(samples: Iterable[Sample], model: PerfModel, target: 
     for sample in samples:
         donor = GPU_MODELS.get(sample.gpu)
         if sample.dtype != dtype or donor is None or sample.gpu == target.key:
+            continue
+        if shapes is not None and (sample.m, sample.n) not in shapes:
             continue
         if 2 * sample.m * sample.n * element_bytes(dtype) > limit:
             continue
@@ -99,25 +112,28 @@ def predicted_observations(samples: Iterable[Sample], model: PerfModel, target: 
 
 
 def predict_document(samples: Sequence[Sample], target: GpuSpec, dtype: str, *, model: PerfModel | None = None,
-                     expected_regret: Mapping[str, Any] | None = None, timing_method: str = "cold") -> dict[str, Any]:
-    """The predicted table document of ``target`` and ``dtype`` from ``samples`` of other GPUs."""
+                     expected_regret: Mapping[str, Any] | None = None, timing_method: str = "cold",
+                     with_index: bool = True, shapes: Container[tuple[int, int]] | None = None) -> dict[str, Any]:
+    """The predicted table document of ``target`` and ``dtype`` from ``samples`` of other GPUs (at
+    ``shapes`` only, where given), with its decision index unless ``with_index`` is off (the
+    leave-one-GPU-out score asks the rule itself)."""
     donors = sorted({s.gpu for s in samples if s.gpu != target.key and s.gpu in GPU_MODELS})
     if not donors:
         raise ValueError(f"no recordings of a GPU other than {target.key} to predict from")
     model = model or fit_model([s for s in samples if s.gpu in donors], {g: GPU_MODELS[g] for g in donors})
     constraints, requirements = kernel_limits(dtype)
-    observations = predicted_observations(samples, model, target, dtype, requirements)
+    observations = predicted_observations(samples, model, target, dtype, requirements, shapes)
     if not observations:
         raise ValueError(f"no recorded {dtype} candidate of {', '.join(donors)} runs on {target.key}")
     shapes = {(o.m, o.n) for o in observations}
     document = build_document(observations, constraints, gpu=target.key, gpu_name=f"{target.key} (predicted)",
                               dtype=dtype, timing_method=timing_method,
                               copy_times={(m, n): copy_floor_us(m, n, dtype, target) for m, n in shapes},
-                              requirements=requirements)
+                              requirements=requirements, with_index=False)
     document.update({"source": PREDICTED_SOURCE, "predicted_from": donors,
                      "regret": dict(expected_regret or {"method": "none: not scored"}),
                      "model": {"terms": list(TERMS), "spec": target.source}})
-    return document
+    return index_document(document) if with_index else document
 
 
 def write_predicted_tables(samples: Sequence[Sample], folder: Path, gpus: Iterable[str], dtypes: Sequence[str],

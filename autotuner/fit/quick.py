@@ -107,7 +107,7 @@ def starting_predictions(gpu_key: str, dtypes: Sequence[str], root: Path = Path(
                     raise ValueError(f"{gpu_key} has measured tables and no recordings are under {root} to predict "
                                      "them from: run from the repository root")
                 samples = load_samples(paths)
-            document = predict_document(samples, spec, dtype)
+            document = predict_document(samples, spec, dtype, with_index=False)  # its points are read, not its index
         documents[dtype] = document
     return documents
 

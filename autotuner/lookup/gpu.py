@@ -2,8 +2,12 @@
 
 Keys are short, lower-case model names: ``NVIDIA H100 80GB HBM3`` → ``h100``, ``NVIDIA A100-SXM4-80GB``
 → ``a100``, ``NVIDIA H200`` → ``h200``, ``NVIDIA H100 PCIe`` → ``h100-pcie`` (a different memory system
-from the SXM part, so a table of its own). Importing this module imports no GPU library; detection uses
-torch when the caller already has it, else the CUDA driver through ctypes.
+from the SXM part, so a table of its own). A name is read as a model only when the model is its first
+word after the vendor's and every other word is a known qualifier (memory size, HBM generation, form
+factor, ``Ada Generation``...): ``NVIDIA H100-fake-x``, ``my h100`` or an H100 MIG slice (a fraction of
+its bandwidth) keep the whole name as their key (``h100-fake-x``) and never answer as the H100.
+Importing this module imports no GPU library; detection uses torch when the caller already has it,
+else the CUDA driver through ctypes.
 """
 from __future__ import annotations
 
@@ -13,7 +17,10 @@ import sys
 from dataclasses import dataclass
 
 _VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b", re.IGNORECASE)
-_MODEL = re.compile(r"\b((?:gh|gb|rtx|gtx)?\s?[a-z]{0,2}\d{2,4}[a-z]{0,2})\b", re.IGNORECASE)
+_MODEL = re.compile(r"^((?:gh|gb|rtx|gtx)?\s?[a-z]{0,2}\d{2,4}[a-z]{0,2})\b", re.IGNORECASE)
+# Words of real device names that do not change the model (what changes the memory system, PCIe and
+# NVL, is added to the key below): "80GB", "HBM3", "HBM3e", "SXM5", "Ada Generation", "Tensor Core".
+_QUALIFIER = re.compile(r"^(\d{1,4}gb|hbm\d?e?|sxm\d?|pcie|nvl|ada|generation|tensor|core|gpu)$", re.IGNORECASE)
 _KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 
 class GpuMismatchError(RuntimeError):
@@ -38,7 +45,8 @@ def normalize_gpu_name(name: str) -> str:
     """A table key from a device name as the driver reports it (examples in the module docstring)."""
     cleaned = _VENDOR_WORDS.sub(" ", name).strip()
     match = _MODEL.search(cleaned)
-    if not match:
+    rest = re.split(r"[\s_/()-]+", cleaned[match.end():]) if match else []
+    if not match or not all(_QUALIFIER.match(word) for word in rest if word):
         key = re.sub(r"[^a-z0-9]+", "-", cleaned.lower()).strip("-")
         return key[:32] or "unknown"
     key = match.group(1).replace(" ", "").lower()

@@ -19,7 +19,7 @@ figures) and boost clock.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 KB = 1024
@@ -120,6 +120,14 @@ def runs_on(requirements: Mapping[str, int], spec: GpuSpec) -> bool:
     return cluster <= 1 or cluster <= spec.max_cluster
 
 
+def same_specs(target: GpuSpec, available: Sequence[str]) -> list[str]:
+    """The models of ``available`` whose every figure equals ``target``'s (its key and source aside:
+    the A800 is the A100 80GB SXM with another interconnect), so a table predicted for one is the
+    other's prediction too."""
+    return [k for k in available if k != target.key and k in GPU_MODELS
+            and replace(GPU_MODELS[k], key=target.key, source=target.source) == target]
+
+
 def donor_order(target: GpuSpec, available: list[str]) -> list[str]:
     """The GPU models whose tables may answer for ``target`` (which has none), best first: only
     models of the same or an older compute capability (their kernels ran there and the target's
@@ -149,3 +157,14 @@ def runnable_candidates(candidates: Sequence[Mapping[str, Any]], table_gpu: str,
         elif runs_on(requirements, spec):
             runnable.add(index)
     return frozenset(runnable)
+
+
+# Memory sizes each model is sold with, in GiB as the datasheets count them (a device reports a little
+# less: an H100 80GB 79.2 GiB, an H200 139.8 of its 141): what an upload's ``memory_bytes`` is checked
+# against (``autotuner.records.plausibility``). Sources as above; H100 SXM5 also 64 and 94 GB parts, GH200
+# 96 and 144 GB, B200 180 and 192 GB (HGX and DGX B200 datasheets).
+MEMORY_GIB: Mapping[str, tuple[int, ...]] = {
+    "a100": (40, 80), "a100-pcie": (40, 80), "a10": (24,), "l4": (24,), "l40": (48,), "l40s": (48,),
+    "rtx4090": (24,), "h100": (64, 80, 94), "h100-pcie": (80,), "h200": (141,), "gh200": (96, 144),
+    "h100-nvl": (94,), "h800": (80,), "a800": (40, 80), "b200": (180, 192),
+}

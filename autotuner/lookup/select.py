@@ -6,14 +6,19 @@ cached per (m, n, dtype, gpu, method): a warm lookup is one dict probe.
 
 Which table answers: the GPU's own table, and only it, where it has one; a table predicted for a GPU
 never measured (``autotuner predict``, ``source`` "predicted") is its own table until a measured table
-of the same key replaces it, and never answers for another GPU. A GPU without a table is
+of the same key replaces it, and answers for no other GPU but a model of the very same specs
+(``gpu_models.same_specs``: the A800 reads the A100's). A GPU without a table is
 answered, with a warning, from the table of the nearest model of the same or an older architecture
 (``gpu_models.donor_order``), offering only the kernels this GPU runs (``gpu_models.runs_on``); a
 GPU without a table and without such a model (or of a model ``gpu_models`` does not list) gets
-``torch_softmax``, which is correct everywhere torch runs. Within a table, ``predict.answer``
-decides: the table's rule inside its measured points (``source`` "table"), a per-candidate scaling
-model outside them ("model"), ``torch_softmax`` where nothing measured vouches for a candidate or
-no candidate admits the shape ("fallback"). ``reason`` says which fallback, in words.
+``torch_softmax``, which is correct everywhere torch runs; a GPU name that is neither a table's nor
+listed in ``gpu_models`` is warned about once, naming the known models. Within a table, its decision
+index answers (``DispatchTable.answer``, written by the fit from its rule): the table's rule inside
+its measured points (``source`` "table"), a per-candidate scaling model outside them ("model"),
+``torch_softmax`` where nothing measured vouches for a candidate or no candidate admits the shape
+("fallback"). ``reason`` says which fallback, in words. M = 0 (no rows: nothing is launched) answers
+the kernel M = 1 would run, with ``predicted_us`` 0 and a ``reason`` saying so; ``/dispatch`` and
+``autotuner select`` answer it alike, through this lookup.
 """
 from __future__ import annotations
 
@@ -25,10 +30,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from autotuner.domain import MAX_DIM
-from autotuner.lookup import predict
 from autotuner.lookup.gpu import current_gpu_key, validate_gpu_key
-from autotuner.lookup.gpu_models import donor_order, gpu_spec, runnable_candidates
-from autotuner.lookup.table import DispatchTable, TableFormatError
+from autotuner.lookup.gpu_models import GPU_MODELS, donor_order, gpu_spec, runnable_candidates, same_specs
+from autotuner.lookup.table import CONVERT_COMMAND, DispatchTable, TableFormatError
 from kernels.base import DTYPE_ALIASES, normalize_dtype
 
 
@@ -45,6 +49,8 @@ CACHE_LIMIT = 1 << 16  # answers kept per store; a server fed endless new shapes
 
 
 _gpu_keys: dict[str, str] = {}  # a caller's GPU spelling -> its validated key
+_warned_gpus: set[str] = set()  # unknown GPU names already warned about (at most 64 kept)
+ZERO_ROWS_REASON = "M = 0: no rows, nothing is launched; the kernel M = 1 would run"
 
 
 def _gpu_key(gpu: str) -> str:
@@ -76,7 +82,7 @@ class KernelChoice:
     dtype: str
     source: str  # "table" | "model" | "predicted" | "predicted/model" | "nearest-gpu:<key>" | ".../model" | "fallback"
     exact: bool = False  # the shape itself was measured
-    reason: str = ""  # for "fallback" and "nearest-gpu:*": why, in words
+    reason: str = ""  # for "fallback", "nearest-gpu:*" and a twin model's prediction: why, in words
 
     @property
     def config(self) -> dict[str, Any]:
@@ -103,7 +109,8 @@ class TableStore:
         self._tables: dict[tuple[str, str, str], DispatchTable] = {}
         self._pending: dict[tuple[str, str, str], Callable[[], DispatchTable | None]] = {}
         self._cache: dict[tuple[int, int, str, str, str], KernelChoice] = {}
-        self._runnable: dict[tuple[tuple[str, str, str], str], frozenset[int] | None] = {}
+        # (table, gpu) -> (its view, or None: none built for that GPU's kernels; those kernels, or None: all)
+        self._views: dict[tuple[DispatchTable, str], tuple[int | None, frozenset[int] | None]] = {}
         # Each cached answer is a few garbage-collected objects; a process that caches answers
         # elsewhere (the service caches response bytes) keeps this small so full GC passes stay short.
         self._cache_limit = CACHE_LIMIT if cache_limit is None else cache_limit
@@ -116,7 +123,7 @@ class TableStore:
             self._pending.pop(table.key, None)
             self._tables[table.key] = table
             self._cache.clear()
-            self._runnable.clear()
+            self._views.clear()
 
     def add_lazy(self, key: tuple[str, str, str], load: Callable[[], DispatchTable | None]) -> None:
         """Answer ``key`` from ``load()``'s table, called on the key's first use (None, or a table of
@@ -125,7 +132,7 @@ class TableStore:
             self._tables.pop(key, None)
             self._pending[key] = load
             self._cache.clear()
-            self._runnable.clear()
+            self._views.clear()
 
     def replace_all(self, tables: Iterable[DispatchTable]) -> None:
         fresh = {t.key: t for t in tables}
@@ -133,7 +140,7 @@ class TableStore:
             self._tables = fresh
             self._pending = {}
             self._cache.clear()
-            self._runnable.clear()
+            self._views.clear()
 
     def _table(self, key: tuple[str, str, str]) -> DispatchTable | None:
         table = self._tables.get(key)
@@ -198,6 +205,9 @@ class TableStore:
         dtype = DTYPE_ALIASES.get(dtype_name) if type(dtype_name) is str else None
         dtype = dtype or normalize_dtype(dtype_name)
         gpu_key = (_gpu_keys.get(gpu) or _gpu_key(gpu)) if gpu else (current_gpu_key() or "unknown")
+        own = self._tables.get((gpu_key, dtype, method))  # the usual case, one call shorter
+        if own is not None:
+            return self._answer(own, gpu_key, m, n, "table")
         return self._choose(m, n, dtype, gpu_key, method, allow_fallback)
 
     def _choose(self, m: int, n: int, dtype: str, gpu_key: str, method: str, allow_fallback: bool) -> KernelChoice:
@@ -208,6 +218,17 @@ class TableStore:
         if not allow_fallback:
             raise UnknownGpuError(gpu_key, self.gpus())
         spec = gpu_spec(gpu_key)
+        if spec is None and gpu_key != "unknown" and gpu_key not in _warned_gpus and len(_warned_gpus) < 64:
+            _warned_gpus.add(gpu_key)
+            known = sorted(set(GPU_MODELS) | set(self.gpus()))
+            warnings.warn(f"GPU {gpu_key!r} is not a model the lookup knows (known: {', '.join(known)}): "
+                          f"answering {FALLBACK_VARIANT}", RuntimeWarning, stacklevel=5)
+        twin = next((t for g in same_specs(spec, self.gpus()) if (t := self.get(g, dtype, method)) and is_predicted(t)),
+                    None) if spec else None
+        if twin is not None:  # a model of the very same figures has a prediction: it is this GPU's too
+            choice = self._answer(twin, gpu_key, m, n, "predicted")
+            return choice if choice.source == "fallback" else replace(choice, reason=(
+                f"predicted for {twin.gpu}, a model of the same specs as {gpu_key!r} (autotuner/lookup/gpu_models.py)"))
         donors = donor_order(spec, [g for g in self.gpus() if (t := self.get(g, dtype, method)) and not is_predicted(t)]) \
             if spec else []
         if not donors:
@@ -225,14 +246,23 @@ class TableStore:
 
     def _answer(self, table: DispatchTable, gpu_key: str, m: int, n: int, source: str) -> KernelChoice:
         """``table``'s answer for (m, n) on ``gpu_key``, among the candidates that GPU runs."""
-        runnable_key = (table.key, gpu_key)
-        runnable = self._runnable.get(runnable_key, False)
-        if runnable is False:
+        if m == 0:
+            choice = self._answer(table, gpu_key, 1, n, source)
+            return replace(choice, predicted_us=0.0, exact=False, reason=ZERO_ROWS_REASON)
+        view = self._views.get((table, gpu_key))
+        if view is None:
             spec = gpu_spec(gpu_key)
             # a GPU not listed in gpu_models runs what its own table holds (it was measured there)
-            runnable = self._runnable[runnable_key] = \
-                runnable_candidates(table.candidates, table.gpu, spec) if spec else None
-        candidate, predicted_us, exact, rule, reason = predict.answer_fields(table, m, n, runnable)
+            runnable = runnable_candidates(table.candidates, table.gpu, spec) if spec else None
+            view = self._views[(table, gpu_key)] = (0, None) if runnable is None or \
+                len(runnable) == len(table.candidates) else (table.view_of(runnable), runnable)
+        number, runnable = view
+        candidate, predicted_us, exact, rule, reason = table.answer(m, n, 0 if number is None else number)
+        if number is None and candidate is not None and candidate not in runnable:
+            candidate, predicted_us, rule = None, None, "no-view"
+            reason = (f"the {table.gpu} {table.dtype}/{table.timing_method} table's index holds no answers among "
+                      f"the kernels {gpu_key!r} runs, and its pick for ({m}, {n}) is not one of them: "
+                      f"`{CONVERT_COMMAND}` rebuilds the index with a view for it")
         if candidate is None:
             return KernelChoice(FALLBACK_VARIANT, (), predicted_us, gpu_key, table.dtype, "fallback", False, reason)
         if rule == "model":
@@ -260,6 +290,23 @@ def _choice(variant: str, config_items: tuple[tuple[str, Any], ...], predicted_u
     choice.__dict__.update({"variant": variant, "config_items": config_items, "predicted_us": predicted_us,
                             "gpu": gpu, "dtype": dtype, "source": source, "exact": exact, "reason": ""})
     return choice
+
+
+def fitted_tables_folder(database: Path) -> Path:
+    """Where ``fit`` writes the current tables of the SQLite database file ``database``, one JSON file
+    per (GPU, dtype, method), for the lookup to read without SQLAlchemy (the database stays the
+    source of truth: ``autotuner/records/store.py`` writes them on every fit)."""
+    return database.with_name(database.name + ".tables")
+
+
+def fitted_table_files(database: Path) -> list[Path]:
+    folder = fitted_tables_folder(database)
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+
+def load_fitted_tables(database: Path) -> list[DispatchTable]:
+    """The tables ``fit`` wrote beside ``database`` (a file that cannot be read is warned about)."""
+    return [table for path in fitted_table_files(database) if (table := _load_or_warn(path)) is not None]
 
 
 def shipped_table_files() -> list[Path]:

@@ -1,110 +1,64 @@
-"""The dispatch table document and the lookup it answers. No torch, no CuPy (the rule's arithmetic is
-compiled where `autotuner/lookup/_fastrule*.c` was built: see `regret`).
+"""A dispatch table as the lookup reads it: its decision index. No torch, no CuPy, no rule.
 
 A table is versioned JSON, one per (GPU model, dtype, timing method)::
 
-    {"format_version": 1, "gpu": "h100", "gpu_name": "...", "dtype": "bf16", "timing_method": "cold",
+    {"format_version": 2, "gpu": "h100", "gpu_name": "...", "dtype": "bf16", "timing_method": "cold",
      "rule": "local-regret-clamped",
      "candidates": [{"variant": "cuda_block_online", "config": {"block": 256, ...},
                      "config_key": "block=256,...", "constraints": {"n_max": 8192},
                      "requires": {"min_arch": 80}}, ...],
      "points": [{"m": 1, "n": 1024, "copy_us": 3.6, "times": [4.1, null, ...]}, ...],
+     "index": {...},
      "regret": {"geomean": 1.01, "p95": 1.04, "max": 1.09, "method": "leave-one-out"},
      "created_at": "...", "source_runs": [3], "environment": {...}}
 
-``times[i]`` is candidate i's median time in µs at that point (null: not measured, unsupported or
-failed). ``requires`` (tables fitted from 2026-11-25 on) is what a GPU needs to run the candidate
-(``autotuner/lookup/gpu_models.py``); ``autotuner/lookup/predict.py`` answers outside the measured points. Lookup rules:
+``candidates`` and ``points`` are what the fit measured and what its rule (``autotuner/fit/rule.py``)
+reads; ``index`` is the rule's answer over the whole domain, written by the fit
+(``autotuner/fit/index.py``, which documents how it is built). The lookup reads only ``index``:
 
-- ``nearest-log``: the measured point nearest in (log2 M, log2 N); among candidates whose constraints
-  admit the *exact* shape, the fastest there; if none there, the next nearest point.
-  Example: table points at N=4096 and N=8192, query N=5000 → the N=4096 point (|log2 5000/4096| =
-  0.29 < 0.71) but only candidates whose ``n_max`` ≥ 5000 and whose ``n_multiple_of`` divides 5000.
-- ``interp-log`` (tables fitted before ``local-regret``): every candidate's time is predicted by
-  bilinear interpolation of log time in (log2 M, log2 N) between the bracketing measured grid lines
-  (clamped outside the grid), using only points of the same N alignment class (N % 8 == 0, or not)
-  when that class's points surround N; the fastest predicted admissible candidate wins. A candidate
-  missing at a corner is predicted from the corners it has; a candidate with none is not chosen.
-  Exact measured points answer with their winner.
-- ``local-regret-clamped`` (``fit_table``'s default) and ``local-regret`` (tables fitted before
-  2026-11-23): exact measured points answer with their winner. Otherwise, among points of the N
-  alignment class as for ``interp-log``:
+- ``views``: ``[{"excluded": [...]}, ...]``: view 0 answers among every candidate; each further view
+  among the candidates less ``excluded``, one per set of candidates a GPU model of
+  ``autotuner/lookup/gpu_models.py`` runs (a GPU without a table of its own answers from a donor's
+  view of the kernels it runs).
+- ``answers``: ``[[candidate or null, rule, reason], ...]``, which cells and exact points refer to
+  by number; ``rule`` is ``table``, ``model`` or the fallback's (``outside-measured``,
+  ``no-candidate``); ``reason`` a text with ``{m}`` and ``{n}`` for the shape.
+- ``exact``: per view, ``[[m, n, answer, predicted_us, exact], ...]``: the measured points.
+- ``partitions``: per view and N class (0: N % 8 == 0, 1: other N, as the rule keeps them apart), a
+  partition of M x N into cells: bands of M (``m_edges``, lower edges), each band's N cells
+  (``n_edges`` from ``band_start[b]``, lower edges), and a cell either a leaf or, where the answer
+  changes along M inside the band, a short list of M ranges (``split_start``, ``split_m``,
+  ``split_leaf``), each a leaf. A leaf holds its answer and its time model: log2 predicted_us =
+  c0 + c1 (x - x0) + c2 (y - y0) + c3 (x - x0)(y - y0) with x = log2 M, y = log2 N, NaN: none.
+  Arrays are little-endian, zlib-compressed, base64 (``ARRAY_FIELDS`` gives their types): a
+  table file is parsed on a process's first lookup, so its size is start-up time.
+- ``copy_rate``: elements moved per µs by the copy at its best; a modelled time is at least the
+  shape's bytes at that rate (the rule's floor).
 
-  1. Neighbours and weights (:meth:`DispatchTable.neighbours`): the mean of two linear
-     interpolations in (log2 M, log2 N): along N on the two measured M lines bracketing M, and along
-     M on the two measured N lines bracketing N. Inside a fully measured cell these are the four
-     corners with bilinear weights; on a grid line they are the measured points on either side along
-     both axes (so a missing grid point is read from its 2-4 axis neighbours). The rules differ on a
-     line whose measured points do not surround the query on the other axis (the query is past the
-     grid's edge on that line, or the line's own point at the query was not measured):
-     ``local-regret-clamped`` reads it at its nearest measured point, if that point is within
-     ``CLAMP_REACH`` (a row, along N) or ``COLUMN_REACH`` (a column, along M) of the query
-     (``autotuner/lookup/regret.py``); ``local-regret`` brackets only among lines that do surround the
-     query, and skips that axis if none does. So at the grid's edge
-     (M = 1, the smallest N, ...) a missing point is read from both axes under the clamped rule, from
-     its edge line alone under the old one: leave-one-out on the recorded sweeps preferred the
-     former on both GPUs (CHANGELOG.md, 2026-11-23). ``local-regret-clamped`` also reads a line
-     between two measured points of it only at a point within that reach of the query (since
-     2026-11-26): a row of the domain sweep measured at N = 1431 and 50257 is read at 50257 alone
-     for N = 30522, at neither where both are that far.
-  2. At each neighbour p, a candidate's regret r = its time / the fastest time there, capped at
-     ``REGRET_CAP`` (1.5: past that the sweep keeps only a noisy 5-repetition estimate, and all it
-     says is "much slower"). A candidate whose constraints exclude p has no value at p; it is
-     neither credited nor penalised there. A candidate with no time at a neighbour its constraints
-     admit (not swept there, as a variant added after the sweep and measured on part of the
-     domain) is left out: only measurements vouch for a pick.
-  3. log r[p, c] ~ mu[p] + theta[c], fitted by weighted least squares over the neighbours (alternating
-     passes from the per-candidate weighted means), so candidates measured at different subsets of
-     the neighbours are compared on one scale. The admissible candidate with the smallest theta
-     (predicted regret) wins; ties go to the lower candidate index. ``predicted_us`` is its time
-     interpolated in log space over the neighbours where it was measured.
-
-  Example: on the default grid without the point (4096, 65536), its neighbours (4096, 32768),
-  (4096, 131072), (1024, 65536), (16384, 65536) each weigh 1/4; a kernel with ``n_max`` 65536 is
-  judged on the three where it can run, against candidates judged on all four. Without the point
-  (1, 4096), ``local-regret-clamped`` weighs (1, 2048) and (1, 8192) 1/4 each and (4, 4096) 1/2;
-  ``local-regret`` weighs the first two 1/2 each.
+A lookup: probe the exact points, bisect into the band, into the cell (and its M range), read.
 """
 from __future__ import annotations
 
-import bisect
-import math
+import binascii
+import sys
+import zlib
 from array import array
+from bisect import bisect_right
+from math import log2
 from dataclasses import dataclass
-from typing import Any, Container, Iterable, Mapping, Sequence
+from typing import Any, Mapping
 
-from autotuner.lookup import regret
-from autotuner.lookup.regret import CLAMP_REACH, Layout
-from autotuner.lookup.regret import log2_or_zero as _log2
-
-FORMAT_VERSION = 1
-RULES = ("nearest-log", "interp-log", "local-regret", "local-regret-clamped")
-DEFAULT_RULE = "local-regret-clamped"
-LOCAL_REGRET_RULES = ("local-regret", "local-regret-clamped")
-REGRET_CAP = 1.5  # local-regret: regrets past this at a neighbour count as this (see the module docstring)
+FORMAT_VERSION = 2
+CONVERT_COMMAND = "autotuner convert-tables FILE..."
+# partition field -> array type code (q: int64; f: float32, whose 2^-24 relative error moves a predicted
+# time by about 1e-6)
+ARRAY_FIELDS = {"m_edges": "q", "band_start": "q", "n_edges": "q", "cell_ref": "q", "split_start": "q",
+                "split_m": "q", "split_leaf": "q", "leaf_answer": "q", "leaf_model": "f"}
+LEAF_MODEL = 6  # x0, y0, c0, c1, c2, c3 per leaf
 
 
 class TableFormatError(ValueError):
     """A table document that this program cannot read, with what is wrong in it."""
-
-
-def admits(constraints: Mapping[str, int], m: int, n: int) -> bool:
-    """The data form of ``Variant.supports`` for one config (see ``kernels.base.check_constraints``);
-    ``DispatchTable.admissible`` applies the same test to every candidate's precomputed limits."""
-    n_min, n_max, multiple, m_min, m_max = _limits_of(constraints)
-    return n_min <= n <= n_max and not n % multiple and m_min <= m <= m_max
-
-
-def _limits_of(constraints: Mapping[str, int]) -> tuple[int, int, int, int, int]:
-    """(n_min, n_max, n_multiple_of, m_min, m_max), absent limits as no limit."""
-    unbounded = 2**63
-    return (constraints.get("n_min", 1), constraints.get("n_max", unbounded), constraints.get("n_multiple_of", 1),
-            constraints.get("m_min", 0), constraints.get("m_max", unbounded))
-
-
-def alignment_class(n: int) -> int:
-    """N classes kept apart by the interpolation: vectorised kernels behave differently on them."""
-    return 0 if n % 8 == 0 else 1
 
 
 @dataclass(frozen=True)
@@ -114,284 +68,140 @@ class Pick:
     exact: bool  # the shape itself was measured
 
 
-_ALLOWED_SETS_KEPT = 4096  # per table: one per cell of the candidates' limits and usable set
-_PLANS_KEPT = 4096  # local-regret plans kept per table (one per neighbours and allowed set)
+def encode_array(values: array) -> str:
+    data = array(values.typecode, values)
+    if sys.byteorder == "big":
+        data.byteswap()
+    return binascii.b2a_base64(zlib.compress(data.tobytes(), 9), newline=False).decode("ascii")
 
 
-class DispatchTable:
-    """A loaded, validated table document with precomputed indexes for fast lookups."""
+def decode_array(text: str, typecode: str) -> array:
+    data = array(typecode)
+    data.frombytes(zlib.decompress(binascii.a2b_base64(text)))
+    if sys.byteorder == "big":
+        data.byteswap()
+    return data
+
+
+class _Partition:
+    """One view and N class of the index, its arrays decoded into lists (a bisect over a list of ints
+    reads them without building an object per probe, as it must over an array)."""
+
+    __slots__ = tuple(ARRAY_FIELDS)
+
+    def __init__(self, fields: Mapping[str, str]):
+        for name, code in ARRAY_FIELDS.items():
+            setattr(self, name, decode_array(fields[name], code).tolist())
+
+
+class TableFields:
+    """A validated table document's fields, as both the lookup's table and the fit's rule
+    (``autotuner/fit/rule.py``) read them."""
 
     def __init__(self, document: Mapping[str, Any]):
-        self.document = validate(document)
+        self.document = document
         self.gpu: str = document["gpu"]
         self.dtype: str = document["dtype"]
         self.timing_method: str = document.get("timing_method", "cold")
         self.rule: str = document.get("rule", "nearest-log")
         self.candidates: list[dict[str, Any]] = list(document["candidates"])
         self.points: list[dict[str, Any]] = list(document["points"])
-        self._exact = {(p["m"], p["n"]): p for p in self.points}
-        self._by_class: dict[int, list[dict[str, Any]]] = {}
-        for point in self.points:
-            self._by_class.setdefault(alignment_class(point["n"]), []).append(point)
-        # each class's N range (_class_points) and each candidate's limits as plain ints (admissible):
-        # a first lookup of a shape is on the dispatch path, so its per-call work is kept small
-        self._class_ns = {cls: sorted({p["n"] for p in same}) for cls, same in self._by_class.items()}
-        self._limits = [_limits_of(c.get("constraints", {})) for c in self.candidates]
+        self.key: tuple[str, str, str] = (self.gpu, self.dtype, self.timing_method)
+
+
+class DispatchTable(TableFields):
+    """A loaded, validated table document and its decision index."""
+
+    def __init__(self, document: Mapping[str, Any]):
+        super().__init__(validate(document))
         # (variant, config items) per candidate, as a KernelChoice holds them
         self.choice_fields = [(c["variant"], tuple(c["config"].items())) for c in self.candidates]
-        # which candidates admit a shape changes only at a limit on either axis and with N's residue
-        # modulo the multiples' lcm: ``allowed`` keeps the set per such cell (not where the lcm is large)
-        self._n_edges = sorted({lim[0] for lim in self._limits} | {lim[1] + 1 for lim in self._limits})
-        self._m_edges = sorted({lim[3] for lim in self._limits} | {lim[4] + 1 for lim in self._limits})
-        modulus = math.lcm(*(lim[2] for lim in self._limits)) if self._limits else 1
-        self._modulus = modulus if 0 < modulus <= 1024 else 0
-        self._allowed_sets: dict[tuple, tuple[int, ...]] = {}
-        self._layouts: dict[int, Layout] = {}
-        self._point_logs: dict[int, list[tuple[float, float]]] = {}  # class key -> (log2 m, log2 n) per point
-        self._packed_logs: dict[int, array] = {}  # the same, flat, for the compiled nearest-point search
-        self._log_regret: dict[tuple[int, int], tuple[float | None, ...]] = {}
-        self._log_times: dict[tuple[int, int], tuple[float | None, ...]] = {}
-        self._gaps: dict[tuple[int, int], frozenset[int]] = {}
-        self._plans: dict[tuple, tuple] = {}
-        if self.rule in LOCAL_REGRET_RULES:
-            cap = math.log(REGRET_CAP)
-            for point in self.points:
-                measured = [t for t in point["times"] if t is not None and t > 0]
-                best = min(measured) if measured else None
-                self._log_regret[(point["m"], point["n"])] = tuple(
-                    min(math.log(t / best), cap) if t is not None and t > 0 and best else None for t in point["times"])
+        index = document["index"]
+        everyone = frozenset(range(len(self.candidates)))
+        self.views = {everyone - frozenset(view["excluded"]): number for number, view in enumerate(index["views"])}
+        self.answers = [tuple(answer) for answer in index["answers"]]
+        self._copy_rate = index.get("copy_rate") or 0.0
+        self._exact = [{(m, n): (self.answers[answer], time, exact) for m, n, answer, time, exact in points}
+                       for points in index["exact"]]
+        self._encoded = index["partitions"]
+        # per view, per N % 8 != 0: decoded on first use
+        self._partitions: list[list[_Partition | None]] = [[None, None] for _ in index["views"]]
 
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.gpu, self.dtype, self.timing_method)
+    def view_of(self, runnable: frozenset[int] | None) -> int | None:
+        """The view answering among ``runnable`` (None: every candidate); None where the index holds
+        no view of exactly that set."""
+        return 0 if runnable is None else self.views.get(runnable)
 
-    def admissible(self, m: int, n: int) -> list[int]:
-        """Indexes of the candidates whose constraints admit (m, n): ``admits`` on the limits
-        precomputed per candidate (a first lookup is on the dispatch path)."""
-        return [i for i, (n_min, n_max, multiple, m_min, m_max) in enumerate(self._limits)
-                if n_min <= n <= n_max and not n % multiple and m_min <= m <= m_max]
+    def answer(self, m: int, n: int, view: int = 0) -> tuple[int | None, float | None, bool, str, str]:
+        """(candidate or None for the fallback, predicted_us, exact, rule, reason) for (m, n), m >= 1."""
+        found = self._exact[view].get((m, n))
+        if found is not None:
+            (candidate, rule, reason), time, exact = found
+            return candidate, time, exact, rule, reason.format(m=m, n=n) if reason else ""
+        partition = self._partitions[view][n & 7 != 0] or self._decode(view, n & 7 != 0)
+        # the leaf: bisect into the M band, its N cell, and the cell's M range where it has them
+        band = bisect_right(partition.m_edges, m) - 1
+        band_start = partition.band_start
+        leaf = partition.cell_ref[bisect_right(partition.n_edges, n, band_start[band], band_start[band + 1]) - 1]
+        if leaf < 0:
+            split_start = partition.split_start
+            leaf = partition.split_leaf[bisect_right(partition.split_m, m, split_start[-leaf - 1], split_start[-leaf]) - 1]
+        candidate, rule, reason = self.answers[partition.leaf_answer[leaf]]
+        if candidate is None:
+            return None, None, False, rule, reason.format(m=m, n=n)
+        x0, y0, c0, c1, c2, c3 = partition.leaf_model[LEAF_MODEL * leaf:LEAF_MODEL * leaf + LEAF_MODEL]
+        if c0 != c0:  # NaN: the rule gave no time here
+            return candidate, None, False, rule, ""
+        dx = (log2(m) if m > 1 else 0.0) - x0
+        dy = (log2(n) if n > 1 else 0.0) - y0
+        time = 2.0 ** (c0 + c1 * dx + c2 * dy + c3 * dx * dy)
+        floor = 2 * m * n / self._copy_rate if self._copy_rate else 0.0
+        return candidate, time if time > floor else floor, False, rule, ""
 
-    def allowed(self, m: int, n: int, usable: frozenset[int] | None = None) -> tuple[int, ...]:
-        """``admissible(m, n)`` less the candidates not in ``usable`` (None: all), kept per cell of the
-        candidates' limits: one dict probe on a first lookup once the cell has been seen."""
-        if not self._modulus:
-            return tuple(i for i in self.admissible(m, n) if usable is None or i in usable)
-        key = (bisect.bisect_right(self._n_edges, n), bisect.bisect_right(self._m_edges, m), n % self._modulus, usable)
-        found = self._allowed_sets.get(key)
-        if found is None:
-            found = tuple(i for i in self.admissible(m, n) if usable is None or i in usable)
-            if len(self._allowed_sets) < _ALLOWED_SETS_KEPT:
-                self._allowed_sets[key] = found
-        return found
+    def lookup(self, m: int, n: int) -> Pick | None:
+        """The index's pick for (m, n) among every candidate, or None where it answers the fallback."""
+        candidate, predicted_us, exact, _, _ = self.answer(max(m, 1), n)
+        return None if candidate is None else Pick(candidate, predicted_us, exact)
 
-    def lookup(self, m: int, n: int, usable: Container[int] | None = None) -> Pick | None:
-        """The candidate this table chooses for (m, n) among ``usable`` (default: all), or None if no
-        admissible candidate has data."""
-        allowed = self.admissible(m, n)
-        if usable is not None:
-            allowed = [i for i in allowed if i in usable]
-        return self.lookup_among(m, n, allowed)
-
-    def lookup_among(self, m: int, n: int, allowed: Sequence[int]) -> Pick | None:
-        """``lookup`` among ``allowed``, candidates the caller has already checked admit (m, n)."""
-        found = self.choose(m, n, allowed)
-        return None if found is None else Pick(*found)
-
-    def choose(self, m: int, n: int, allowed: Sequence[int], *,
-               estimate: bool = True) -> tuple[int, float | None, bool] | None:
-        """``lookup_among``'s pick as (candidate, predicted_us, exact), no object built: a first lookup
-        is on the dispatch path. Without ``estimate``, a local-regret pick between measured points
-        comes without its predicted_us (None), for a caller with a time of its own."""
-        if not allowed:
-            return None
-        point = self._exact.get((m, n))
-        if point is not None:
-            best = _fastest(point["times"], allowed)
-            if best is not None:
-                return best, point["times"][best], True
-        if self.rule == "interp-log":
-            return self._interpolated(m, n, allowed)
-        if self.rule in LOCAL_REGRET_RULES and point is None:
-            return self._local_regret(m, n, allowed, estimate)
-        return self._nearest(m, n, allowed)
-
-    def _points_for(self, n: int) -> list[dict[str, Any]]:
-        """Points of n's alignment class when they surround n closely on the N axis (its nearest class
-        N on either side within ``CLAMP_REACH`` of n); otherwise all points: a class measured at one N,
-        say only 50257, says nothing about N = 2500, nor does one measured at 500 and 50257."""
-        return self._class_points(n)[1]
-
-    def _class_points(self, n: int) -> tuple[int, list[dict[str, Any]]]:
-        """(alignment class, its points), or (-1, all points): see :meth:`_points_for`."""
-        cls = alignment_class(n)
-        ns = self._class_ns.get(cls)
-        if ns is not None:
-            upper = bisect.bisect_left(ns, n)
-            if upper < len(ns) and (ns[upper] == n or (upper > 0 and ns[upper] <= n * CLAMP_REACH
-                                                        and ns[upper - 1] * CLAMP_REACH >= n)):
-                return cls, self._by_class[cls]
-        return -1, self.points
-
-    def neighbours(self, m: int, n: int) -> list[tuple[tuple[int, int], float]]:
-        """The local-regret rules' measured neighbours of (m, n) and their weights (summing to 1); []
-        if none. ``local-regret`` brackets only among lines that span the query on the other axis;
-        ``local-regret-clamped`` brackets among all lines and reads one that does not span the query
-        at its nearest end (see the module docstring)."""
-        return list(zip(*self._stencil(m, n)))
-
-    def _stencil(self, m: int, n: int) -> tuple[tuple[tuple[int, int], ...], list[float]]:
-        key, points = self._class_points(n)
-        layout = self._layouts.get(key)
-        if layout is None:
-            layout = self._layouts[key] = Layout(points)
-        return regret.stencil(layout, m, n, self.rule != "local-regret")
-
-    def _local_regret(self, m: int, n: int, allowed: Sequence[int],
-                      estimate: bool = True) -> tuple[int, float | None, bool] | None:
-        corners, weights = self._stencil(m, n)
-        if not corners:  # local-regret past the grid's corner: no line reaches the query
-            return self._nearest(m, n, allowed)
-        key = (corners, allowed if type(allowed) is tuple else tuple(allowed))
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = regret.plan([self._log_regret[c] for c in corners],
-                               frozenset().union(*map(self._gaps_at, corners)), allowed)
-            if len(self._plans) >= _PLANS_KEPT:
-                self._plans.clear()
-            self._plans[key] = plan
-        best = regret.best(plan, weights)
-        if best is None:
-            return self._nearest(m, n, allowed)
-        return best, self._estimate(corners, weights, best) if estimate else None, False
-
-    def estimate(self, m: int, n: int, candidate: int) -> float:
-        """The local-regret rules' predicted_us of ``candidate`` at (m, n), which ``choose`` picked
-        between measured points: its time interpolated in log space over the neighbours."""
-        return self._estimate(*self._stencil(m, n), candidate)
-
-    def _estimate(self, corners: Sequence[tuple[int, int]], weights: Sequence[float], candidate: int) -> float:
-        return regret.predicted_us([self._log_times_at(corner)[candidate] for corner in corners], weights)
-
-    def _log_times_at(self, corner: tuple[int, int]) -> tuple[float | None, ...]:
-        found = self._log_times.get(corner)
-        if found is None:
-            found = self._log_times[corner] = tuple(
-                math.log(t) if t is not None and t > 0 else None for t in self._exact[corner]["times"])
-        return found
-
-    def _gaps_at(self, corner: tuple[int, int]) -> frozenset[int]:
-        """The candidates with no time at this point although their constraints admit its shape: not
-        swept there (a variant added later, measured on part of the domain) or the row was lost, so
-        nothing says how they do around it. A None where a candidate's limits exclude the point is what
-        the module docstring's step 2 means, and is no gap. Worked out once per point, when first used."""
-        gaps = self._gaps.get(corner)
-        if gaps is None:
-            pm, pn = corner
-            gaps = self._gaps[corner] = frozenset(
-                i for i, value in enumerate(self._log_regret[corner]) if value is None
-                and (limits := self._limits[i])[0] <= pn <= limits[1] and not pn % limits[2]
-                and limits[3] <= pm <= limits[4])
-        return gaps
-
-    def _nearest(self, m: int, n: int, allowed: Sequence[int]) -> tuple[int, float | None, bool] | None:
-        """The fastest allowed candidate at the nearest point (log-distance; ties: the earlier point)
-        that measured one; the points' logs are kept per class."""
-        key, points = self._class_points(n)
-        logs = self._point_logs.get(key)
-        if logs is None:
-            logs = self._point_logs[key] = [(_log2(p["m"]), _log2(p["n"])) for p in points]
-            if regret._fastrule is not None:  # the same logs packed for the compiled search
-                self._packed_logs[key] = array("d", [value for pair in logs for value in pair])
-        lm, ln = _log2(m), _log2(n)
-        distances = None
-        if regret._fastrule is not None:  # the compiled form of min(distances) below
-            nearest = regret._fastrule.nearest(self._packed_logs[key], lm, ln)
-            nearest = nearest if nearest >= 0 else None
-        else:
-            distances = [((pm - lm) ** 2 + (pn - ln) ** 2, index) for index, (pm, pn) in enumerate(logs)]
-            nearest = min(distances)[1] if distances else None
-        if nearest is not None:  # usually answers: the nearest point measured an allowed candidate
-            times = points[nearest]["times"]
-            best = _fastest(times, allowed)
-            if best is not None:
-                return best, times[best], False
-        if distances is None:
-            distances = [((pm - lm) ** 2 + (pn - ln) ** 2, index) for index, (pm, pn) in enumerate(logs)]
-        for _, index in sorted(distances):
-            times = points[index]["times"]
-            best = _fastest(times, allowed)
-            if best is not None:
-                return best, times[best], False
-        return None
-
-    def _interpolated(self, m: int, n: int, allowed: Sequence[int]) -> tuple[int, float, bool] | None:
-        points = self._points_for(n)
-        grid = {(p["m"], p["n"]): p for p in points}
-        ms = sorted({p["m"] for p in points})
-        ns = sorted({p["n"] for p in points})
-        (m0, m1, wm), (n0, n1, wn) = _bracket(ms, m), _bracket(ns, n)
-        corners = [((m0, n0), (1 - wm) * (1 - wn)), ((m0, n1), (1 - wm) * wn),
-                   ((m1, n0), wm * (1 - wn)), ((m1, n1), wm * wn)]
-        best: tuple[float, int] | None = None
-        for index in allowed:
-            total_weight, log_time = 0.0, 0.0
-            for corner, weight in corners:
-                point = grid.get(corner)
-                time = point["times"][index] if point is not None else None
-                if time is not None and time > 0 and weight > 0:
-                    total_weight += weight
-                    log_time += weight * math.log(time)
-            if total_weight <= 0:
-                continue
-            predicted = math.exp(log_time / total_weight)
-            if best is None or predicted < best[0]:
-                best = (predicted, index)
-        if best is None:
-            return self._nearest(m, n, allowed)
-        return best[1], best[0], False
-
-
-def _fastest(times: Sequence[float | None], allowed: Iterable[int]) -> int | None:
-    best = None
-    for index in allowed:
-        time = times[index]
-        if time is not None and (best is None or time < times[best]):
-            best = index
-    return best
-
-
-def _bracket(values: Sequence[int], x: int) -> tuple[int, int, float]:
-    """Grid values around x and x's weight toward the upper one in log2 space (clamped)."""
-    if x <= values[0]:
-        return values[0], values[0], 0.0
-    if x >= values[-1]:
-        return values[-1], values[-1], 0.0
-    upper = bisect.bisect_left(values, x)
-    lo, hi = values[upper - 1], values[upper]
-    if hi == x:
-        return hi, hi, 0.0
-    return lo, hi, (_log2(x) - _log2(lo)) / (_log2(hi) - _log2(lo))
+    def _decode(self, view: int, odd: bool) -> _Partition:
+        partition = self._partitions[view][odd] = _Partition(self._encoded[view][odd])
+        return partition
 
 
 def validate(document: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Check a table document's shape; raise :class:`TableFormatError` naming the first problem."""
+    """Check a table document's shape; raise :class:`TableFormatError` naming the first problem (an
+    older format names the command that converts it)."""
     if not isinstance(document, Mapping):
         raise TableFormatError("a dispatch table must be a JSON object")
     version = document.get("format_version")
     if version != FORMAT_VERSION:
-        raise TableFormatError(f"table format_version {version!r} is not supported (this program reads {FORMAT_VERSION})")
-    for field in ("gpu", "dtype", "candidates", "points"):
+        hint = f"; `{CONVERT_COMMAND}` converts it" if version == 1 else ""
+        raise TableFormatError(f"table format_version {version!r} is not supported (this program reads "
+                               f"{FORMAT_VERSION}){hint}")
+    for field in ("gpu", "dtype", "candidates", "points", "index"):
         if field not in document:
             raise TableFormatError(f"table lacks the field {field!r}")
-    if document.get("rule", "nearest-log") not in RULES:
-        raise TableFormatError(f"table rule {document.get('rule')!r} is not one of {RULES}")
-    count = len(document["candidates"])
     for candidate in document["candidates"]:
-        if "variant" not in candidate or "config" not in candidate:
+        if not isinstance(candidate, Mapping) or "variant" not in candidate or "config" not in candidate:
             raise TableFormatError("every candidate needs 'variant' and 'config'")
         if not isinstance(candidate["config"], Mapping):
             raise TableFormatError(f"candidate {candidate['variant']!r}: 'config' must be an object")
-    for point in document["points"]:
-        if len(point.get("times", ())) != count:
-            raise TableFormatError(f"point (m={point.get('m')}, n={point.get('n')}) has {len(point.get('times', ()))} times for {count} candidates")
+    index = document["index"]
+    if not isinstance(index, Mapping):
+        raise TableFormatError("table 'index' must be an object")
+    for field in ("views", "answers", "exact", "partitions"):
+        if field not in index:
+            raise TableFormatError(f"table index lacks the field {field!r}")
+    views = len(index["views"])
+    if len(index["exact"]) != views or len(index["partitions"]) != views or not views:
+        raise TableFormatError(f"table index has {views} views but {len(index['exact'])} exact lists and "
+                               f"{len(index['partitions'])} partition pairs")
+    count = len(document["candidates"])
+    if any(answer[0] is not None and not 0 <= answer[0] < count for answer in index["answers"]) or any(
+            not 0 <= excluded < count for view in index["views"] for excluded in view["excluded"]):
+        raise TableFormatError(f"table index names a candidate outside its {count} candidates: the index is not "
+                               f"this table's (`{CONVERT_COMMAND}` rebuilds it)")
+    for pair in index["partitions"]:
+        if len(pair) != 2 or any(set(ARRAY_FIELDS) - set(part) for part in pair):
+            raise TableFormatError(f"every index partition needs the arrays {sorted(ARRAY_FIELDS)}, one per N class")
     return document

@@ -15,8 +15,9 @@ database assigns afresh::
                                  "status": "ok", "median_us": 41.2, ...}],
                "copy_references": [{"m": 4096, "n": 32000, "dtype": "bf16", "median_us": 35.0, ...}]}]}
 
-``measurements[i].candidate`` indexes the run's own ``candidates`` list. The schema below is checked
-in full before anything is written: a document that fails it writes nothing. It is strict JSON:
+``measurements[i].candidate`` indexes the run's own ``candidates`` list. The schema below, then the
+plausibility rules of ``plausibility.py`` (times against the GPU model's bandwidth, quantiles, the GPU's
+name and properties), are checked in full before anything is written: a document that fails writes nothing. It is strict JSON:
 integers are JSON integers, times are ISO 8601 strings, NaN and Infinity are refused everywhere. Importing the same run
 twice (same GPU, environment, timing method, start time and host) reuses the run already there, and
 its rows are rewritten in place, so an upload can be retried safely.
@@ -33,6 +34,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from sqlalchemy.orm import Session
 
 from autotuner.domain import MAX_DIM, TIMING_METHODS
+from autotuner.records.plausibility import check_document
 from db import bulk, queries
 from db.models import CopyReference, Measurement, SweepRun
 from kernels.base import DTYPES  # canonical names only: the document is written by programs
@@ -307,14 +309,17 @@ def _copy_record(copy: CopyReference) -> dict[str, Any]:
     return record
 
 
-def import_runs(session: Session, document: ExchangeDocument | bytes | str | Mapping[str, Any]) -> ImportSummary:
+def import_runs(session: Session, document: ExchangeDocument | bytes | str | Mapping[str, Any], *,
+                allowed_gpus: frozenset[str] | None = None) -> ImportSummary:
     """Write a document's runs into the session's database; the caller commits (or rolls back).
 
-    JSON text or a mapping is validated first (:func:`parse_document`), so a bad document writes
-    nothing. GPU models, environments and candidates are shared with what
-    the database already holds; a run already present (see the module docstring) is reused."""
+    JSON text or a mapping is validated first (:func:`parse_document`), then every run's plausibility
+    (``plausibility.check_document``: raises ``RefusedUpload``; ``allowed_gpus`` are the models the
+    uploader may send), so a bad document writes nothing. GPU models, environments and candidates are
+    shared with what the database already holds; a run already present (see the module docstring) is reused."""
     if not isinstance(document, ExchangeDocument):
         document = parse_document(document)
+    check_document(document, allowed_gpus)
     run_ids: list[int] = []
     created = reused = measurement_count = copy_count = 0
     candidate_ids: set[int] = set()

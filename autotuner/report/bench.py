@@ -7,7 +7,7 @@ as fast as moving its bytes once).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
 from sqlalchemy.orm import Session
@@ -94,6 +94,15 @@ def summary(reports: Sequence[ShapeReport]) -> dict[str, Any]:
         "worst_shape": f"{worst.dtype} {worst.m}x{worst.n}" if worst else None,
         "big_min": min(big) if big else None,
         "big_shapes": len(big),
+    }
+
+
+def report_document(gpu: str, method: str, reports: Sequence[ShapeReport]) -> dict[str, Any]:
+    """``autotuner report --json``: every shape's figures and, per dtype, :func:`summary`'s."""
+    return {
+        "gpu": gpu, "timing_method": method,
+        "shapes": [{**asdict(r), "fraction": r.fraction} for r in reports],
+        "summary": {dtype: summary([r for r in reports if r.dtype == dtype]) for dtype in sorted({r.dtype for r in reports})},
     }
 
 

@@ -128,20 +128,35 @@ def fraction(row: dict[str, Any], column: str) -> float | None:
 
 
 def summarize(rows: Sequence[dict[str, Any]], tolerance: float = 0.03) -> dict[str, Any]:
-    """Geomean / min fraction of copy speed of the dispatch, and how often it is within ``tolerance``
-    of the best of torch / QuACK / Liger on the same shape."""
+    """Geomean / min fraction of copy speed of the dispatch, how often it is within ``tolerance`` of the
+    best of torch / QuACK / Liger on the same shape, and issue 30's other bounds: how many shapes of 1 MB
+    or more it runs over 1.05x ``torch.softmax``'s time (and its geomean time against torch), and its
+    lowest fraction of copy speed on few long rows (M <= 4, N >= 2^17)."""
+    from kernels.base import DTYPE_BYTES
+
     fractions = [f for f in (fraction(r, "dispatched_us") for r in rows) if f]
     within = compared = 0
+    vs_torch, over_torch = [], 0
     for row in rows:
         peers = [row[c] for c in ("torch_us", "quack_us", "liger_us") if isinstance(row.get(c), float)]
         if peers and isinstance(row.get("dispatched_us"), float):
             compared += 1
             within += row["dispatched_us"] <= min(peers) * (1 + tolerance)
+        if isinstance(row.get("dispatched_us"), float) and isinstance(row.get("torch_us"), float):
+            vs_torch.append(row["dispatched_us"] / row["torch_us"])
+            big = row["m"] * row["n"] * DTYPE_BYTES[row["dtype"]] >= 2**20
+            over_torch += big and vs_torch[-1] > 1.05
+    few_long = [f for f in (fraction(r, "dispatched_us") for r in rows if r["m"] <= 4 and r["n"] >= 2**17) if f]
     return {
-        "shapes": len(rows), "geomean": math.exp(sum(map(math.log, fractions)) / len(fractions)) if fractions else None,
-        "min": min(fractions) if fractions else None,
+        "shapes": len(rows), "geomean": _geomean(fractions), "min": min(fractions) if fractions else None,
         "within_3pct_of_best_peer": f"{within}/{compared}",
+        "vs_torch_geomean": _geomean(vs_torch), "over_1.05x_torch_at_1mb_or_more": over_torch,
+        "few_long_rows_min": min(few_long) if few_long else None,
     }
+
+
+def _geomean(values: Sequence[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
 def write_csv(rows: Sequence[dict[str, Any]], folder: Path) -> Path:

@@ -20,8 +20,10 @@ from typing import Any, Mapping
 from rich.console import Console
 from sqlalchemy.orm import Session
 
+from autotuner.domain import TIMING_METHODS
 from autotuner.tune.measure import QUICK_REPS
-from db import make_engine, queries
+from db import queries
+from db.engine import DatabaseError, reader_engine
 
 Key = tuple[str, str, int, int, str]  # variant, config_key, m, n, dtype
 
@@ -71,18 +73,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("first")
     parser.add_argument("second")
     parser.add_argument("--gpu", default=None, help="GPU model key (default: the only one in the first database)")
-    parser.add_argument("--method", default="cold", choices=("cold", "warm", "graph"))
+    parser.add_argument("--method", default="cold", choices=TIMING_METHODS)
     args = parser.parse_args(argv)
     timings = []
     gpu = args.gpu
     for path in (args.first, args.second):
-        with Session(make_engine(path, create=False)) as session:
-            if gpu is None:
-                keys = [g.key for g in queries.list_gpus(session)]
-                if len(keys) != 1:
-                    parser.error(f"{path} holds GPUs {keys}; name one with --gpu")
-                gpu = keys[0]
-            timings.append(full_times(session, gpu, args.method))
+        try:
+            engine = reader_engine(path)
+        except DatabaseError as exc:
+            return _fail(str(exc))
+        if engine is None:
+            return _fail(f"{path} is an empty database")
+        try:
+            with Session(engine) as session:
+                if gpu is None:
+                    keys = [g.key for g in queries.list_gpus(session)]
+                    if len(keys) != 1:
+                        return _fail(f"{path} holds GPUs {keys}; name one with --gpu")
+                    gpu = keys[0]
+                timings.append(full_times(session, gpu, args.method))
+        except DatabaseError as exc:
+            return _fail(str(exc))
     result = compare(*timings)
     out = Console(highlight=False, emoji=False, markup=False)
     out.print(f"{gpu} {args.method}: {result['pairs']} pairs, median spread {result['median_spread']}, "
@@ -91,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     for row in result["disagreements"]:
         out.print(f"  {row['shape']}: {row['first']} vs {row['second']} (gap {row['gap']})")
     return 0
+
+
+def _fail(message: str) -> int:
+    """A one-line error on stderr (no traceback) and exit status 1."""
+    sys.stderr.write(f"python -m autotuner.report.spread: error: {message}\n")
+    return 1
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ nothing more to ask or the budget is spent.
   dtype, two neighbouring points are compared by an error function, and the geometric midpoint of every
   pair whose error exceeds ``threshold`` is proposed, largest error first. The default error function is
   ``winner_regret`` (how much is lost at one point by running the other point's winner); a model's error
-  plugs in the same way (``prediction_error``).
+  plugs in the same way (``prediction_error``). The domain sweep's command uses ``winner_or_peer_regret``:
+  also where a peer (torch, QuACK, Liger: whichever were measured) beats every candidate of ours at either
+  end by more than the threshold, so that the region where ours lose is mapped (issue 30).
 
 Resume and several sweepers: a strategy's proposals depend only on the measurements of the shapes it
 proposed, so a rerun asks the same shapes again (the sweep skips what is in the database) and sweepers on
@@ -23,6 +25,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Mapping, Protocol, Sequence
 
 from autotuner.tune import sampling
@@ -70,6 +73,39 @@ def winner_regret(a: Shape, times_a: Mapping[str, float], b: Shape, times_b: Map
         best = min(here.values())
         worst = max(worst, here.get(theirs, math.inf) / best - 1)
     return worst
+
+
+@lru_cache(maxsize=256)  # one entry per variant name: bounded by the registry
+def _ours(variant: str) -> bool:
+    from autotuner.report.bench import OWN_BACKENDS, backend_of
+
+    return backend_of(variant) in OWN_BACKENDS
+
+
+def is_ours(label: str) -> bool:
+    """Whether a candidate label (``variant[config_key]``) is one of this project's kernels (a CUDA,
+    Triton or CuTe backend), not a peer."""
+    return _ours(label.split("[", 1)[0])
+
+
+def peer_lead(times: Mapping[str, float], ours: Callable[[str], bool] = is_ours) -> float:
+    """How much slower the fastest candidate of ours measured at a point is than the fastest peer there,
+    minus 1; 0 where one of ours is as fast, or where no peer or none of ours was measured."""
+    own = [t for label, t in times.items() if ours(label)]
+    peers = [t for label, t in times.items() if not ours(label)]
+    if not own or not peers:
+        return 0.0
+    return max(0.0, min(own) / min(peers) - 1)
+
+
+def winner_or_peer_regret(ours: Callable[[str], bool] = is_ours) -> ErrorFunction:
+    """``winner_regret``, or a peer's lead at either end (``peer_lead``) where that is larger: a pair
+    is split where the winners differ and also where a peer beats every candidate of ours."""
+
+    def error(a: Shape, times_a: Mapping[str, float], b: Shape, times_b: Mapping[str, float]) -> float:
+        return max(winner_regret(a, times_a, b, times_b), peer_lead(times_a, ours), peer_lead(times_b, ours))
+
+    return error
 
 
 def prediction_error(predict: Predictor) -> ErrorFunction:

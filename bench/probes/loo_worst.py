@@ -3,7 +3,7 @@
 For each dtype of a recording (an ``autotuner export`` file, gzipped or not), every shape is answered
 by the table refitted without it (``autotuner.fit.fit.leave_one_out_picks``: the figures ``autotuner fit``
 prints), and the worst shapes are listed with the pick, the fastest candidate there and the pick's
-coverage: its share of the shape's neighbour weight (``DispatchTable.neighbours``), 1 when it was
+coverage: its share of the shape's neighbour weight (``RuleTable.neighbours``), 1 when it was
 measured at every neighbour; for each neighbour it lacks, the constraint that keeps it out there.
 Then the largest regret among picks measured at every neighbour and among the others.
 

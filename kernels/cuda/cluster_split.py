@@ -153,10 +153,11 @@ class ClusterSplitCuda(CudaVariant):
             allow_non_portable_cluster(function)
         threads = self.threads(config)
         resources = loader.resources_of(function, threads, self.dynamic_smem(config, dtype, n), compile_seconds=seconds)
-        return Build(self.name, config, dtype, self.make_launcher(function, config, dtype, threads), resources)
+        launch, native = self.make_launcher(function, config, dtype, threads)
+        return Build(self.name, config, dtype, launch, resources, native)
 
     def make_launcher(self, function: Any, config: KernelConfig, dtype: str, threads: int):
-        launch_any = super().make_launcher(function, config, dtype, threads)
+        launch_any, native_any = super().make_launcher(function, config, dtype, threads)
         n_max = self.constraints(config, dtype)["n_max"]
 
         def launch(x: Any, out: Any) -> None:
@@ -165,7 +166,10 @@ class ClusterSplitCuda(CudaVariant):
                 raise ValueError(f"{self.name} {config.key}: N={x.shape[1]} exceeds the row capacity {n_max}")
             launch_any(x, out)
 
-        return launch
+        def native(device: int, stream: int, m: int, n: int) -> tuple | None:
+            return native_any(device, stream, m, n) if n <= n_max else None  # launch raises the error
+
+        return launch, native
 
 
 def allow_non_portable_cluster(function: Any) -> None:

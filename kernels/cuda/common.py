@@ -2,8 +2,9 @@
 
 A subclass names its ``.cu`` file and says, as small methods, which template instance a config
 compiles to (``name_expression``), the launch geometry (``grid``, ``threads``, ``dynamic_smem``) and
-the kernel's arguments (``kernel_args``). This class does the compile cache, resource report and the
-launch on torch's current stream. Workspaces (split-row) are the subclass's, allocated in ``build``.
+the kernel's arguments (``kernel_args``), each a function of (config, M, N) evaluated per call: one
+compile per (config, dtype) serves every shape. This class does the compile cache, resource report,
+the launch on torch's current stream and its description for the native module. Workspaces (split-row) are the subclass's, allocated in ``build``.
 """
 from __future__ import annotations
 
@@ -15,11 +16,9 @@ import numpy as np
 from kernels.base import SUPPORTED, Build, KernelConfig, Resources, Support, Variant
 from kernels.cuda import loader
 
-_SHAPE_MEMO = 256  # input shapes whose launch geometry a launcher remembers
-
-
 class CudaVariant(Variant):
     backend = "cuda"
+    native_stream_bound: ClassVar[bool] = False  # Build.stream_bound of its builds
     source: ClassVar[str]  # file name beside this module, e.g. "block_online.cu"
 
     def spill_free(self, config: KernelConfig) -> bool:
@@ -75,45 +74,42 @@ class CudaVariant(Variant):
         threads = self.threads(config)
         smem = self.dynamic_smem(config, dtype, n)
         resources = loader.resources_of(function, threads, smem, compile_seconds=seconds)
-        return Build(self.name, config, dtype, self.build_launcher(function, config, dtype, resources), resources)
+        launch, native = self.build_launcher(function, config, dtype, resources)
+        return Build(self.name, config, dtype, launch, resources, native, self.native_stream_bound)
 
     def build_launcher(self, function: Any, config: KernelConfig, dtype: str, resources: Resources):
-        """``launch(x, out)`` of one build, given what the driver reported for it: ``make_launcher``'s,
-        unless a kernel's launch depends on those figures (grid_split and long_split size their grid
-        from ``blocks_per_sm``, since a row's blocks must all be resident)."""
+        """``(launch, native)`` of one build (``Build``), given what the driver reported for it:
+        ``make_launcher``'s, unless a kernel's launch depends on those figures (grid_split and
+        long_split size their grid from ``blocks_per_sm``, since a row's blocks must all be resident)."""
         return self.make_launcher(function, config, dtype, int(resources.threads_per_block))
 
     def make_launcher(self, function: Any, config: KernelConfig, dtype: str, threads: int):
-        """``launch(x, out)`` for one compiled kernel. Grid and dynamic shared memory are worked out
-        once per input shape (a small memo); with the default ``kernel_args`` the pointers and sizes
-        go to the kernel as plain ints through a ``loader.KernelLauncher`` (no numpy scalars)."""
+        """``(launch, native)`` for one compiled kernel (``Build``'s two fields). Grid and dynamic
+        shared memory come from (M, N) on every call through ``grid`` and ``dynamic_smem``; with the
+        default ``kernel_args`` the pointers and sizes go to the kernel as plain ints through a
+        ``loader.KernelLauncher`` (no numpy scalars), and ``native`` packs the same arguments. A
+        subclass with its own ``kernel_args`` launches through ``loader.launch`` and has no ``native``."""
         block = (threads, 1, 1)
-        shapes: dict[Any, tuple] = {}  # x.shape -> (grid, dynamic smem, m, n)
-        default_args = type(self).kernel_args is CudaVariant.kernel_args
+        grid_of, smem_of = self.grid, self.dynamic_smem
+        if type(self).kernel_args is not CudaVariant.kernel_args:
+            def launch_any(x: Any, out: Any) -> None:
+                m, n = x.shape
+                if m:
+                    loader.launch(function, grid_of(config, m, n), block, self.kernel_args(config, x, out, m, n),
+                                  smem_of(config, dtype, n))
+
+            return launch_any, None
         kernel = loader.KernelLauncher(function, block, "PPqq")
 
-        def plan(shape: Any) -> tuple | None:
-            m, n = shape
-            if m == 0:
+        def launch(x: Any, out: Any) -> None:
+            m, n = x.shape
+            if m:
+                kernel(grid_of(config, m, n), smem_of(config, dtype, n), x.data_ptr(), out.data_ptr(), m, n)
+
+        def native(device: int, stream: int, m: int, n: int) -> tuple | None:
+            if not m:
                 return None
-            if len(shapes) >= _SHAPE_MEMO:
-                shapes.clear()
-            entry = shapes[shape] = (self.grid(config, m, n), self.dynamic_smem(config, dtype, n), m, n)
-            return entry
+            launch_data = kernel.native(device, grid_of(config, m, n), smem_of(config, dtype, n), (0, 0, m, n))
+            return launch_data and (launch_data,)
 
-        if default_args:
-            def launch(x: Any, out: Any) -> None:
-                shape = x.shape
-                entry = shapes.get(shape) or plan(shape)
-                if entry is not None:
-                    grid, smem, m, n = entry
-                    kernel(grid, smem, x.data_ptr(), out.data_ptr(), m, n)
-        else:
-            def launch(x: Any, out: Any) -> None:
-                shape = x.shape
-                entry = shapes.get(shape) or plan(shape)
-                if entry is not None:
-                    grid, smem, m, n = entry
-                    loader.launch(function, grid, block, self.kernel_args(config, x, out, m, n), smem)
-
-        return launch
+        return launch, native

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 import time
 from pathlib import Path
@@ -102,7 +103,13 @@ def _device_limits(device_id: int) -> tuple[int, int, int]:
 
 
 def device_limits() -> tuple[int, int, int]:
-    """(max threads per SM, opt-in shared memory per block, SM count) of the current device."""
+    """(max threads per SM, opt-in shared memory per block, SM count) of the current device (asked of
+    torch where it is loaded: a launch's grid may read this on every call, and CuPy's Device object
+    costs microseconds; both follow the CUDA runtime's current device)."""
+    torch = sys.modules.get("torch")
+    get_device = getattr(getattr(torch, "_C", None), "_cuda_getDevice", None)
+    if get_device is not None:
+        return _device_limits(get_device())
     import cupy
 
     return _device_limits(cupy.cuda.Device().id)

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
-
 from kernels.base import KernelConfig, Resources, cdiv
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
@@ -108,21 +106,34 @@ class GridSplitCuda(SlotWorkspace, CudaVariant):
             )
         held = block * packs  # vectors one block holds
         vec = vector_width(dtype)
+        kernel = loader.KernelLauncher(function, (block, 1, 1), "PPPPqi")
+
+        def arguments(device: int, stream: int, m: int, n: int) -> tuple[int, int]:
+            """(slots, tickets) pointers of an (m, n) launch on ``stream``; ValueError past the limits."""
+            if cdiv(n // vec, split) > held:
+                raise ValueError(f"{self.name} {config.key}: N={n} exceeds the row capacity {split * held * vec}")
+            if m * split > MAX_GRID_X:
+                raise ValueError(f"{self.name} {config.key}: M={m} needs more than {MAX_GRID_X} blocks")
+            slots = self.slots(device, stream, m, split).data_ptr()
+            tickets = 0 if one_wave(m, split, resident) else self.tickets(device, stream, split).data_ptr()
+            return slots, tickets
 
         def launch(x: Any, out: Any) -> None:
             m, n = x.shape
             if m == 0:
                 return
-            if cdiv(n // vec, split) > held:
-                raise ValueError(f"{self.name} {config.key}: N={n} exceeds the row capacity {split * held * vec}")
-            if m * split > MAX_GRID_X:
-                raise ValueError(f"{self.name} {config.key}: M={m} needs more than {MAX_GRID_X} blocks")
             device = x.device.index
-            stream = loader.current_raw_stream(device)
-            slots = self.slots(device, stream, m, split)
-            tickets = 0 if one_wave(m, split, resident) else self.tickets(device, stream, split).data_ptr()
-            args = (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.uint64(slots.data_ptr()),
-                    np.uint64(tickets), np.int64(n), np.int32(split))
-            loader.launch(function, (m * split, 1, 1), (block, 1, 1), args)
+            slots, tickets = arguments(device, loader.current_raw_stream(device), m, n)
+            kernel((m * split, 1, 1), 0, x.data_ptr(), out.data_ptr(), slots, tickets, n, split)
 
-        return launch
+        def native(device: int, stream: int, m: int, n: int) -> tuple | None:
+            if m == 0:
+                return None
+            try:
+                slots, tickets = arguments(device, stream, m, n)
+            except ValueError:  # launch raises it
+                return None
+            launch_data = kernel.native(device, (m * split, 1, 1), 0, (0, 0, slots, tickets, n, split))
+            return None if launch_data is None else (launch_data,)
+
+        return launch, native

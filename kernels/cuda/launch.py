@@ -9,8 +9,6 @@ from typing import Any, Sequence
 
 from kernels.cuda.compiler import function_handle, needs_smem_opt_in, set_dynamic_smem
 from kernels.cuda.packing import NUMPY_KINDS, ParamBuffer, numpy_kinds, slot_format
-from kernels.cuda.replay import CudaLaunch
-from kernels.launch_record import tap, taps
 
 # A launch is host work on the critical path of small softmaxes (a few microseconds of GPU time), so
 # it goes straight to cuLaunchKernel through CuPy's driver binding (``cupy.cuda.driver.launchKernel``):
@@ -114,7 +112,8 @@ class KernelLauncher:
         self.function = function
         self.block = tuple((*block, 1, 1)[:3])
         self.kinds = kinds
-        self._pack = struct.Struct(slot_format(kinds)).pack_into
+        self._struct = struct.Struct(slot_format(kinds))
+        self._pack = self._struct.pack_into
         self._local = threading.local()
         self._handles: dict[int, int] = {}  # device index -> CUfunction
         self._smem: dict[int, int] = {}  # device index -> dynamic shared memory opted into
@@ -166,8 +165,21 @@ class KernelLauncher:
         bx, by, bz = self.block
         stream = _raw_stream(device)
         _launch_kernel(handle, gx, gy, gz, bx, by, bz, shared_mem, stream, buffer.params, 0)
-        if taps:
-            tap(CudaLaunch(self, device, handle, (gx, gy, gz), shared_mem, stream, args, _launch_kernel))
+
+    def native(self, device: int, grid: Sequence[int], shared_mem: int, args: Sequence[Any],
+               x_slots: tuple[int, ...] = (0,), out_slots: tuple[int, ...] = (1,)) -> tuple | None:
+        """This launch as the native module takes it (``kernels.native``): the CUfunction of
+        ``device`` (which must be current), grid, block, shared memory (opted into here where it
+        needs the opt-in) and ``args`` packed into 8-byte slots, x and out given as 0 and patched
+        per call at ``x_slots`` and ``out_slots``. None where the direct launch is off
+        (``DIRECT_LAUNCH_ENV``)."""
+        if not self.direct:
+            return None
+        handle = self._handles.get(device) or self.handle(device)
+        if shared_mem and self._smem.get(device, 0) < shared_mem:
+            self._raise_smem(device, shared_mem)
+        return (handle, grid if len(grid) == 3 else tuple((*grid, 1, 1)[:3]), self.block, shared_mem,
+                self._struct.pack(*args), x_slots, out_slots)
 
     def _call_cupy(self, grid: Sequence[int], shared_mem: int, args: Sequence[Any]) -> None:
         """The launch through CuPy's ``RawKernel.__call__`` (numpy scalars give the exact types)."""
@@ -179,8 +191,6 @@ class KernelLauncher:
         set_dynamic_smem(self.function, shared_mem)
         grid = tuple((*grid, 1, 1)[:3])
         self.function(grid, self.block, typed, shared_mem=shared_mem, stream=current_stream())
-        if taps:
-            tap(None)
 
 
 _generic: dict[tuple[Any, tuple[int, ...], str], KernelLauncher] = {}
@@ -197,8 +207,6 @@ def launch(function: Any, grid: tuple[int, ...], block: tuple[int, ...], args: t
     except KeyError:
         function(tuple((*grid, 1, 1)[:3]), tuple((*block, 1, 1)[:3]), args, shared_mem=dynamic_smem,
                  stream=current_stream())
-        if taps:
-            tap(None)
         return
     key = (function, tuple(block), kinds)
     launcher = _generic.get(key)

@@ -1,8 +1,8 @@
 """The CUDA launch layer's names for the variant modules, by job: the compile cache and device facts
 (``kernels.cuda.compiler``), argument packing and launch on torch's stream (``kernels.cuda.launch``,
-``kernels.cuda.packing``), and the record a replay is built from (``kernels.cuda.replay``).
+``kernels.cuda.packing``).
 
-Module state (the bound driver calls, launcher caches, stream buffers) lives in those modules; a test
+Module state (the bound driver calls, launcher caches) lives in those modules; a test
 that replaces it patches it there.
 """
 from __future__ import annotations
@@ -15,5 +15,3 @@ from kernels.cuda.launch import (  # noqa: F401 - re-exported
     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, DIRECT_LAUNCH_ENV,
     KernelLauncher, current_raw_stream, current_stream, launch,
 )
-from kernels.cuda.replay import CudaLaunch, register_stream_buffer  # noqa: F401 - re-exported
-from kernels.launch_record import recording  # noqa: F401 - re-exported

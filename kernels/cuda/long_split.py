@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
-
 from kernels.base import KernelConfig, Resources, cdiv
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
@@ -94,25 +92,33 @@ class LongSplitCuda(SlotWorkspace, CudaVariant):
         if resident < 1:
             raise ValueError(f"{self.name} {config.key}: the driver reports no resident block of {block} threads")
         vec = vector_width(dtype)
-        splits: dict[tuple[int, int], int] = {}  # (m, n) -> S
+        kernel = loader.KernelLauncher(function, (block, 1, 1), "PPPPqi")
+
+        def arguments(device: int, stream: int, m: int, n: int) -> tuple[int, int, int]:
+            """(S, slots, tickets) of an (m, n) launch on ``stream``; ValueError past the grid limit."""
+            split = split_for(m, n // vec, chunk, block * unroll, resident)
+            if m * split > MAX_GRID_X:
+                raise ValueError(f"{self.name} {config.key}: M={m} needs more than {MAX_GRID_X} blocks")
+            slots = self.slots(device, stream, m, split).data_ptr()
+            tickets = 0 if m * split <= resident else self.tickets(device, stream, split).data_ptr()
+            return split, slots, tickets
 
         def launch(x: Any, out: Any) -> None:
             m, n = x.shape
             if m == 0:
                 return
-            split = splits.get((m, n))
-            if split is None:
-                if len(splits) >= 256:
-                    splits.clear()
-                split = splits[(m, n)] = split_for(m, n // vec, chunk, block * unroll, resident)
-            if m * split > MAX_GRID_X:
-                raise ValueError(f"{self.name} {config.key}: M={m} needs more than {MAX_GRID_X} blocks")
             device = x.device.index
-            stream = loader.current_raw_stream(device)
-            slots = self.slots(device, stream, m, split)
-            tickets = 0 if m * split <= resident else self.tickets(device, stream, split).data_ptr()
-            args = (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.uint64(slots.data_ptr()),
-                    np.uint64(tickets), np.int64(n), np.int32(split))
-            loader.launch(function, (m * split, 1, 1), (block, 1, 1), args)
+            split, slots, tickets = arguments(device, loader.current_raw_stream(device), m, n)
+            kernel((m * split, 1, 1), 0, x.data_ptr(), out.data_ptr(), slots, tickets, n, split)
 
-        return launch
+        def native(device: int, stream: int, m: int, n: int) -> tuple | None:
+            if m == 0:
+                return None
+            try:
+                split, slots, tickets = arguments(device, stream, m, n)
+            except ValueError:  # launch raises it
+                return None
+            launch_data = kernel.native(device, (m * split, 1, 1), 0, (0, 0, slots, tickets, n, split))
+            return None if launch_data is None else (launch_data,)
+
+        return launch, native

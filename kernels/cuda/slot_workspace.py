@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.cuda import loader
 
 
 class SlotWorkspace:
-    """Mixin for a variant: ``slots`` and ``tickets`` allocate on first use and are registered with
-    the loader as buffers of their stream (a recorded replay on that stream may keep passing them)."""
+    """Mixin for a variant: ``slots`` and ``tickets`` allocate on first use, per (device, stream, S).
+    A native launch description holds their addresses, so it is valid on its stream only
+    (``Build.stream_bound``); they are never freed."""
+
+    native_stream_bound = True
 
     def __init__(self) -> None:
         self._slots: dict[tuple[int, int, int], Any] = {}  # (device, stream, S) -> int64 tensor
@@ -28,14 +30,13 @@ class SlotWorkspace:
         counter = self._tickets.get(key)
         if counter is None:
             counter = self._tickets[key] = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", device_index))
-            loader.register_stream_buffer(counter.data_ptr(), stream)
         return counter
 
     def slots(self, device_index: int, stream: int, rows: int, split: int) -> Any:
         """The int64 slot array for ``rows`` rows of ``split`` blocks on this device and stream,
         zero-filled when allocated (every epoch 0) and grown by doubling. A replaced array is kept
-        (``_retired``), never freed: a runtime replay recorded with it (``loader.register_stream_buffer``)
-        goes on using it, and launches on one array keep its epochs consistent."""
+        (``_retired``), never freed: a native launch description made with it (kept by the runtime for
+        its shape) goes on using it, and launches on one array keep its epochs consistent."""
         import torch
 
         key = (device_index, stream, split)
@@ -45,5 +46,4 @@ class SlotWorkspace:
             if slots is not None:
                 self._retired.append(slots)
             slots = self._slots[key] = torch.zeros(size, dtype=torch.int64, device=torch.device("cuda", device_index))
-            loader.register_stream_buffer(slots.data_ptr(), stream)
         return slots

@@ -1,16 +1,20 @@
-"""The native launch module (``softmax_native.cpp``): allocate the output and issue a plan's recorded
-launches in one C call, so that ``softmax(x)`` on a small shape costs about what ``torch.softmax``
-does on the host. Optional: without it every plan takes the Python path, which gives the same result.
+"""The native launch module (``softmax_native.cpp``): allocate the output and issue an (M, N) call's
+launches in one C call, so that ``softmax(x)`` costs about what ``torch.softmax`` does on the host.
+Optional: without it every call takes the Python path, which gives the same result.
 
 - ``build()`` compiles the module for this Python and this torch into a cache directory (about 10-30
-  s, a C++ compiler and torch's headers needed); ``python -m kernels.native`` does it from a shell.
-- ``load()`` returns the built module, or None where it was not built for this torch, failed to load,
-  or ``SOFTMAX_AUTOTUNER_NATIVE=0`` is set. It never compiles: a first ``softmax()`` call must not
-  wait for a compiler. ``SOFTMAX_AUTOTUNER_NATIVE=build`` lets it build on first use instead.
+  s, a C++ compiler and torch's headers needed); ``python -m kernels.native`` and
+  ``autotuner warmup`` do it from a shell.
+- ``load()`` returns the built module, or None where it is not built (yet) for this torch, failed to
+  load, or ``SOFTMAX_AUTOTUNER_NATIVE=0`` is set. It never waits for a compiler: where the module is
+  not built, its first call starts ``build()`` in a background thread (once per process) and the
+  module is used from the first call after that build ends. ``SOFTMAX_AUTOTUNER_NATIVE=build``
+  builds on first use in the calling thread instead.
 
 The module's functions: ``make_plan(launches)``, ``run(x, stream, plan)``, ``empty_like(x)``,
-``param_sizes(function)``; ``kernels.native.launches`` turns recorded launches into ``make_plan``'s
-arguments.
+``param_sizes(function)``. A launch is ``(function, grid, block, shared_mem, slots, x_slots,
+out_slots)``: every argument in an 8-byte slot as ``kernels.cuda.packing`` packs it, x and out as 0,
+patched per call at the slots listed.
 """
 from __future__ import annotations
 
@@ -19,18 +23,17 @@ import importlib.machinery
 import importlib.util
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 MODULE_NAME = "_softmax_native"
 SOURCE = Path(__file__).with_name("softmax_native.cpp")
-ENV = "SOFTMAX_AUTOTUNER_NATIVE"  # "0": never use the module; "build": build it on first use
+ENV = "SOFTMAX_AUTOTUNER_NATIVE"  # "0": never use the module; "build": build it on first use, in the caller
 CACHE_ENV = "SOFTMAX_AUTOTUNER_CACHE"  # where built modules go (default ~/.cache/softmax-autotuner)
 
 _lock = threading.Lock()
@@ -112,7 +115,8 @@ def _import(path: Path) -> Any:
 
 
 def load() -> Any:
-    """The built module, or None (not built for this torch, not loadable, or turned off by ``ENV``)."""
+    """The built module, or None (not built for this torch yet, not loadable, or turned off by
+    ``ENV``). Where it is not built, starts the background build (see the module's docstring)."""
     try:
         return _loaded["module"]
     except KeyError:
@@ -123,19 +127,50 @@ def load() -> Any:
     return _loaded["module"]
 
 
-def _load_uncached() -> Any:
-    import warnings
+_background: list[threading.Thread] = []  # the process's one background build, once started
 
+
+def _load_uncached() -> Any:
     mode = os.environ.get(ENV, "1")
     if mode == "0":
         return None
     try:
-        path = build() if mode == "build" else module_path()
-        return _import(path) if path.exists() else None
+        if mode == "build":
+            return _import(build())
+        path = module_path()
+        if path.exists():
+            return _import(path)
     except (NativeBuildError, ImportError, OSError) as exc:
-        warnings.warn(f"the native launch module is not used ({exc}); softmax() takes the Python path",
-                      RuntimeWarning, stacklevel=3)
+        _warn_python_path(exc)
         return None
+    if not _background:
+        thread = threading.Thread(target=_build_in_background, name="softmax-native-build", daemon=True)
+        _background.append(thread)
+        thread.start()
+    return None
+
+
+def _warn_python_path(exc: Exception) -> None:
+    import warnings
+
+    warnings.warn(f"the native launch module is not used ({exc}); softmax() takes the Python path",
+                  RuntimeWarning, stacklevel=4)
+
+
+def _build_in_background() -> None:
+    """``build()``, then forget the load decision so that the next ``load()`` imports the module."""
+    try:
+        build()
+    except (NativeBuildError, ImportError, OSError) as exc:
+        _warn_python_path(exc)
+        return
+    reset()
+
+
+def wait_for_background_build(timeout: float | None = None) -> None:
+    """Wait for a background build this process started, if any (tests, ``warmup``)."""
+    for thread in list(_background):
+        thread.join(timeout)
 
 
 def reset() -> None:
@@ -144,44 +179,28 @@ def reset() -> None:
         _loaded.clear()
 
 
-class NativeLaunch(tuple):
-    """One launch as ``make_plan`` takes it: (function, grid, block, shared_mem, slots, x_slots,
-    out_slots), where ``slots`` holds every argument in an 8-byte slot as ``kernels.cuda.packing``
-    packs a parameter of its kind (x and out as 0, patched per call). ``sizes`` is each argument's
-    size by its kind; ``trailing_nulls`` the most null pointers the kernel may take after them
-    (Triton's scratch arguments), filled in by ``plan_launches``; ``checked`` says whether the layout
-    must be confirmed by the driver (``param_sizes``) before a launch."""
-
-    sizes: tuple[int, ...]
-    trailing_nulls: int
-    checked: bool
-
-    def __new__(cls, function: int, grid: tuple, block: tuple, shared_mem: int, kinds: str, values: Sequence[Any],
-                x_slots: Sequence[int], out_slots: Sequence[int], trailing_nulls: int = 0, checked: bool = False):
-        from kernels.cuda.packing import KIND_SIZES, slot_format
-
-        slots = struct.pack(slot_format(kinds), *values)
-        self = super().__new__(cls, (function, tuple(grid), tuple(block), shared_mem, slots, tuple(x_slots),
-                                     tuple(out_slots)))
-        self.sizes, self.trailing_nulls, self.checked = tuple(KIND_SIZES[kind] for kind in kinds), trailing_nulls, checked
-        return self
+_extra_nulls: dict[tuple[int, tuple[int, ...]], int | None] = {}  # (function, sizes) -> nulls to append
 
 
-def plan_launches(module: Any, launches: list[NativeLaunch]) -> Any:
-    """``module.make_plan`` over ``launches`` once each layout agrees with the driver's parameter
-    sizes (missing trailing null pointers appended); None where one does not, or where a launch that
-    must be confirmed cannot be (a driver before CUDA 12.4)."""
-    ready = []
-    for launch in launches:
-        reported = module.param_sizes(launch[0])
-        if reported is None:
-            if launch.checked:
-                return None
-            ready.append(launch)
-            continue
-        extra = len(reported) - len(launch.sizes)
-        if tuple(reported[: len(launch.sizes)]) != launch.sizes or not 0 <= extra <= launch.trailing_nulls \
-                or any(size != 8 for size in reported[len(launch.sizes):]):
-            return None
-        ready.append((*launch[:4], launch[4] + bytes(8 * extra), *launch[5:]))
-    return module.make_plan(ready)
+def confirmed_extra_nulls(module: Any, function: int, sizes: tuple[int, ...], trailing_nulls: int,
+                          checked: bool) -> int | None:
+    """How many null pointer slots to append to a launch of ``function`` whose arguments have the byte
+    ``sizes`` (Triton appends up to ``trailing_nulls`` scratch pointers), as the driver's parameter
+    sizes (``param_sizes``) confirm; None where they disagree, or where a launch that must be
+    ``checked`` cannot be (a driver before CUDA 12.4). Kept per (function, sizes): bounded by the
+    compiled kernels."""
+    key = (function, sizes)
+    try:
+        return _extra_nulls[key]
+    except KeyError:
+        pass
+    reported = module.param_sizes(function)
+    if reported is None:
+        answer = None if checked else 0
+    else:
+        extra = len(reported) - len(sizes)
+        agree = tuple(reported[: len(sizes)]) == sizes and 0 <= extra <= trailing_nulls and all(
+            size == 8 for size in reported[len(sizes):])
+        answer = extra if agree else None
+    _extra_nulls[key] = answer
+    return answer

@@ -62,7 +62,11 @@ _sm_counts: dict[int, int] = {}  # x.get_device() -> SMs (-1: a CPU tensor, unde
 
 def sm_count(x: Any) -> int:
     """SMs of the device holding tensor ``x`` (cached per device: this is on every launch)."""
-    index = x.get_device()
+    return device_sms(x.get_device())
+
+
+def device_sms(index: int) -> int:
+    """SMs of CUDA device ``index`` (-1: a CPU tensor, under the interpreter), cached per device."""
     sms = _sm_counts.get(index)
     if sms is None:
         sms = _sm_counts[index] = device_facts(None if interpreting() else index).sms

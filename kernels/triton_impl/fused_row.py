@@ -1,10 +1,10 @@
 """Seed 001 (Triton fused softmax, fast path): one program holds a whole row in registers.
 
 BLOCK is the next power of two of N, so the row is read once and written once. The grid is
-persistent, as in Triton's fused-softmax tutorial: ``build`` compiles the kernel, reads its registers
-and shared memory, asks the occupancy calculator how many programs fit on one SM, and launches that
-many per SM (never more than M); each program walks rows ``pid, pid + grid, ...``. ``num_stages``
-(given to ``tl.range``) lets Triton prefetch the next rows into shared memory with cp.async while the
+persistent, as in Triton's fused-softmax tutorial: a build compiles the kernel of each BLOCK (and N
+alignment) on that bucket's first use, reads its registers and shared memory, asks the occupancy
+calculator how many programs fit on one SM, and launches that many per SM (never more than M);
+each program walks rows ``pid, pid + grid, ...``. ``num_stages`` (given to ``tl.range``) lets Triton prefetch the next rows into shared memory with cp.async while the
 current one is reduced, at (num_stages - 1) * BLOCK elements of shared memory, which bounds N too.
 
 Registers bound N: each thread holds BLOCK / (32 * num_warps) fp32 values (16-bit inputs are widened
@@ -26,8 +26,8 @@ import triton.language as tl
 
 from kernels.base import DTYPE_BYTES, Build, KernelConfig, next_power_of_two
 from kernels.triton_impl.common import TritonVariant, config_options
-from kernels.triton_impl.device import interpreting, probe_tensor, resources_of, sm_count
-from kernels.triton_impl.launch import launcher_for
+from kernels.triton_impl.device import device_sms, interpreting, probe_tensor, resources_of, sm_count
+from kernels.triton_impl.launch import OUT, X, hooks_idle_guard, launcher_for
 from kernels.triton_impl.tiles import LOG2E
 
 WARP_CHOICES = (1, 2, 4, 8, 16, 32)
@@ -81,19 +81,40 @@ class TritonFusedRow(TritonVariant):
     def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
         options = config_options(config)
         launcher = launcher_for(_fused_row_kernel, ("BLOCK", "STAGES"), **options)
-        block, stages = next_power_of_two(n), options["num_stages"]
-        probe_args = () if interpreting() else (probe_tensor(dtype),) * 2 + (2, n)
-        kernels = [launcher.compile(probe_args, (block, stages))] if probe_args else []
-        resources = resources_of(kernels, options["num_warps"])
-        per_sm = resources.blocks_per_sm if kernels else 1  # the interpreter has no occupancy
-        if not per_sm:
-            raise RuntimeError(f"{self.name} {config}: no program fits on an SM ({resources})")
+        stages = options["num_stages"]
+        # (BLOCK, N % 16 == 0) -> (programs per SM, resources): bounded by the buckets, never per N
+        buckets: dict[tuple[int, bool], tuple[int, Any]] = {}
+
+        def bucket_of(n_cols: int) -> tuple[int, Any]:
+            """Programs per SM for rows of n_cols (the occupancy of that bucket's kernel, compiled on
+            the bucket's first use as its first launch would; 1 under the interpreter), and the
+            kernel's resources."""
+            bucket = (next_power_of_two(n_cols), n_cols % 16 == 0)
+            known = buckets.get(bucket)
+            if known is None:
+                probe_args = () if interpreting() else (probe_tensor(dtype),) * 2 + (2, n_cols)
+                kernels = [launcher.compile(probe_args, (bucket[0], stages))] if probe_args else []
+                report = resources_of(kernels, options["num_warps"])
+                programs = report.blocks_per_sm if kernels else 1  # the interpreter has no occupancy
+                if not programs:
+                    raise RuntimeError(f"{self.name} {config}: no program fits on an SM ({report})")
+                known = buckets[bucket] = (programs, report)
+            return known
+
+        resources = bucket_of(n)[1]
 
         def launch(x: Any, out: Any) -> None:
             m, n_cols = x.shape
             if m == 0:
                 return
-            programs = min(m, per_sm * sm_count(x))
+            programs = min(m, bucket_of(n_cols)[0] * sm_count(x))
             launcher((programs,), (x, out, m, n_cols), (next_power_of_two(n_cols), stages))
 
-        return Build(self.name, config, dtype, launch, resources)
+        def native(device: int, stream: int, m: int, n_cols: int) -> tuple | None:
+            if m == 0:
+                return None
+            programs = min(m, bucket_of(n_cols)[0] * device_sms(device))
+            launch_data = launcher.native(device, dtype, (programs,), (X, OUT, m, n_cols), (next_power_of_two(n_cols), stages))
+            return None if launch_data is None else (launch_data,)
+
+        return Build(self.name, config, dtype, launch, resources, native, native_guard=hooks_idle_guard())

@@ -1,6 +1,5 @@
-"""Launching the Triton variants' jit kernels: a launcher per jit kernel with its compile cache,
-and the record of a launch that a runtime plan replays (``TritonLaunch``, recorded through
-``kernels.launch_record``).
+"""Launching the Triton variants' jit kernels: a launcher per jit kernel with its compile cache, and
+the description of a launch for the native launch module (``Launcher.native``).
 
 Launch cost matters here: small softmaxes take about 5 us on the GPU, and the JIT entry point
 (``kernel[grid](...)``) spends microseconds binding and hashing arguments on every call. ``Launcher``
@@ -17,10 +16,10 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from functools import lru_cache
 from typing import Any, Sequence
 
-from kernels.launch_record import tap, taps
 from kernels.triton_impl.device import interpreting
 
 _INT32 = (-(2**31), 2**31)
@@ -161,6 +160,27 @@ def _raw_stream_first(index: int) -> int:
 
 _current_device: Any = _current_device_first
 _raw_stream: Any = _raw_stream_first
+_torch_dtypes: dict[str, Any] = {}  # dtype name -> torch dtype
+_launchers: "weakref.WeakSet[Launcher]" = weakref.WeakSet()  # every Launcher made (one per kernel and options)
+
+
+def all_launchers() -> list["Launcher"]:
+    """Every live ``Launcher`` (their ``compiled`` dicts are caches the bounded-memory test counts)."""
+    return list(_launchers)
+
+
+def _torch_dtype(name: str) -> Any:
+    from kernels.reference import torch_dtype
+
+    value = _torch_dtypes[name] = torch_dtype(name)
+    return value
+
+
+def hooks_idle_guard() -> Any:
+    """``guard() -> bool``: no Triton launch hook is registered (a native launch would not call it);
+    the check itself, so that a kept launch pays one call for it."""
+    _hooks_idle()  # binds the check on first use
+    return _hooks_idle
 
 
 class Launcher:
@@ -187,8 +207,12 @@ class Launcher:
         self.plain = frozenset(names.index(name) for name in plain)
         self.runtime_names = tuple(names[: len(names) - len(const_names)])
         self._bind = _make_binder(self.runtime_names, self.plain)
-        # key -> (run, function, packed metadata, CompiledKernel)
+        self._arg_kinds = tuple("pointer" if name.endswith("_ptr") else "plain" if index in self.plain else "int"
+                                for index, name in enumerate(self.runtime_names))
+        # key -> (run, function, packed metadata, CompiledKernel); bounded by the buckets launched
         self.compiled: dict[tuple, tuple] = {}
+        self._templates: dict[tuple, tuple | None] = {}  # key -> native launch template (see native)
+        _launchers.add(self)
         self.direct = (
             not _is_interpreted(fn)
             and _compiled_launch_takes_every_argument()
@@ -211,8 +235,6 @@ class Launcher:
         """Enqueue on torch's current stream."""
         if not self.direct:
             self.fn[(*grid, 1, 1)[:3]](*args, **self._kwargs(consts))
-            if taps:
-                tap(None)
             return
         device = _current_device()
         key, values = self._bind(device, args, consts)
@@ -223,18 +245,12 @@ class Launcher:
             if run is not None and _hooks_idle():
                 stream = _raw_stream(device)
                 run(gx, gy, gz, stream, entry[1], entry[2], None, None, None, *values, *consts)
-                if taps:
-                    tap(TritonLaunch(self, entry, (gx, gy, gz), stream, values, consts))
             else:
                 entry[3][(gx, gy, gz)](*args, *consts)
-                if taps:
-                    tap(None)
             return
         kernel = self.fn[(*grid, 1, 1)[:3]](*args, **self._kwargs(consts))
         if kernel is not None:
             self.compiled[key] = self._entry(kernel)
-        if taps:
-            tap(None)
 
     def compile(self, args: Sequence[Any], consts: Sequence[Any]) -> tuple[Any, float]:
         """Compile (or fetch from Triton's caches) without launching; returns (kernel, seconds)."""
@@ -245,134 +261,101 @@ class Launcher:
             self.compiled[self._bind(_current_device(), args, consts)[0]] = self._entry(kernel)
         return kernel, time.perf_counter() - started
 
+    def native(self, device: int, dtype: str, grid: Sequence[int], args: Sequence[Any],
+               consts: Sequence[Any]) -> tuple | None:
+        """The launch ``self(grid, args, consts)`` would issue, as the native module takes it
+        (``kernels.native``), with the tensors given as the markers ``X`` and ``OUT`` (both of
+        ``dtype``, taken as 16-byte aligned: the native module checks it per call). None where
+        that launch's kernel has not been compiled yet (the launch through ``self`` compiles it),
+        or needs more than a plain launch (``_native_template``). Kept per compiled kernel."""
+        if not self.direct:
+            return None
+        key = self._aligned_key(device, dtype, args, tuple(consts))
+        entry = self.compiled.get(key)
+        if entry is None:
+            return None
+        template = self._templates.get(key, False)
+        if template is False:
+            template = self._templates[key] = self._confirmed_template(entry[3], args)
+        if template is None:
+            return None
+        slot_struct, packed, x_slots, out_slots, block, shared, function, nulls = template
+        slots = slot_struct.pack(*[0 if args[i] in (X, OUT) else args[i] for i in packed]) + nulls
+        return (function, tuple((*grid, 1, 1)[:3]), block, shared, slots, x_slots, out_slots)
 
-# --- recording and replay -------------------------------------------------------------------------
+    def _confirmed_template(self, kernel: Any, args: Sequence[Any]) -> tuple | None:
+        """``_native_template`` with the null scratch pointers the driver's parameter sizes ask for
+        appended (up to two), or None where the native module is not loaded or they disagree."""
+        from kernels import native as native_module
+
+        module = native_module.load()
+        template = _native_template(kernel, self.runtime_names, args)
+        if module is None or template is None:
+            return None
+        nulls = native_module.confirmed_extra_nulls(module, template[6], template[7], 2, checked=True)
+        return None if nulls is None else (*template[:7], bytes(8 * nulls))
+
+    def _aligned_key(self, device: int, dtype: str, args: Sequence[Any], consts: tuple) -> tuple:
+        """The key ``_bind`` makes for ``args`` where every tensor is of ``dtype`` and 16-byte aligned."""
+        tensor_dtype = _torch_dtypes.get(dtype) or _torch_dtype(dtype)
+        key: list[Any] = [device, consts]
+        for kind, arg in zip(self._arg_kinds, args):  # per argument: pointer, plain int or specialised int
+            if kind == "pointer":
+                key += (tensor_dtype, True)
+            elif kind == "plain":
+                key.append(-2147483648 <= arg < 2147483648)
+            else:
+                key += (-2147483648 <= arg < 2147483648, arg == 1, not arg & 15)
+        return tuple(key)
+
+
+# --- the native launch module's view ---------------------------------------------------------------
 
 # Triton scalar types -> the parameter kind (``kernels.cuda.packing``) a launch packs them as
 _SCALAR_KINDS = {"i1": "b", "i8": "b", "u8": "B", "i16": "h", "u16": "H", "i32": "i", "u32": "I",
                  "i64": "q", "u64": "Q", "fp32": "f", "fp64": "d"}
-# kernels.launch_record: ``recording(calls)`` collects this layer's launch records.
+X, OUT = "x", "out"  # the two pointers ``Launcher.native`` takes as markers: patched per call
 
 
-class TritonLaunch:
-    """One launch through a kept ``CompiledKernel``: its ``run``, the grid, stream, function handle,
-    packed metadata, the runtime arguments (pointers as ints) and the constexpr values."""
+def _native_template(kernel: Any, runtime_names: Sequence[str], args: Sequence[Any]) -> tuple | None:
+    """What every native launch of one ``CompiledKernel`` shares, from its signature (constexprs and
+    values Triton specialised to constants dropped) and metadata: (struct of the argument slots,
+    indexes of ``args`` packed, x slots, out slots, block, shared memory, function, byte sizes). None
+    where the kernel needs more than a plain launch (clusters, cooperative or PDL launch, scratch
+    memory), its signature is not at hand, or a pointer argument is neither x nor out."""
+    import struct
 
-    def __init__(self, launcher: Launcher, entry: tuple, grid: tuple, stream: int, values: tuple,
-                 consts: tuple) -> None:
-        self.launcher = launcher
-        self.run, self.function, self.metadata, self.kernel = entry
-        self.grid, self.stream, self.values, self.consts = grid, stream, tuple(values), tuple(consts)
-        self.pointer_slots = tuple(i for i, name in enumerate(launcher.runtime_names) if name.endswith("_ptr"))
+    from kernels.cuda.packing import KIND_SIZES, slot_format
 
-    def pointers(self) -> list[int]:
-        return [self.values[i] for i in self.pointer_slots]
-
-    def same_launch(self, other: Any) -> bool:
-        return isinstance(other, TritonLaunch) and (
-            self.kernel, self.grid, self.values, self.consts) == (other.kernel, other.grid, other.values, other.consts)
-
-    def replay(self) -> None:
-        """Issue the recorded launch again, as is, through ``run`` with everything pre-bound (no launch
-        hooks): the cheapest launch of this kernel there is (the benchmark's raw-launch floor)."""
-        self.run(*self.grid, self.stream, self.function, self.metadata, None, None, None, *self.values, *self.consts)
-
-    def _arguments(self, x_ptr: int, out_ptr: int, tag: str) -> tuple[str, dict[str, Any]] | None:
-        """The launch's runtime and constexpr arguments as source text, ``xp`` for pointer ``x_ptr``
-        and ``op`` for ``out_ptr``, other values as names (suffixed ``tag``) bound to them."""
-        args, names = [], {}
-        for index, value in enumerate(self.values):
-            if index in self.pointer_slots and value == x_ptr:
-                args.append("xp")
-            elif index in self.pointer_slots and value == out_ptr:
-                args.append("op")
-            elif index in self.pointer_slots:
-                return None  # a foreign pointer: a workspace, whose address may change
-            else:
-                args.append(f"v{index}{tag}")
-                names[f"v{index}{tag}"] = value
-        for index, value in enumerate(self.consts):
-            args.append(f"k{index}{tag}")
-            names[f"k{index}{tag}"] = value
-        return ", ".join(args), names
-
-    def bind_code(self, x_ptr: int, out_ptr: int, tag: str) -> tuple[str, list[str], dict[str, Any]] | None:
-        """This launch as code for a generated replay: (guard, statements, names). The statements
-        launch with ``xp`` for pointer ``x_ptr``, ``op`` for ``out_ptr``, on ``stream``; the guard
-        must hold for them (no launch hook registered: with one, the build's own launch calls it).
-        Names carry ``tag`` so several launches share one function. None where the launch uses any
-        other pointer (a workspace: its address may change) or Triton's ``run`` is unknown."""
-        arguments = None if self.run is None else self._arguments(x_ptr, out_ptr, tag)
-        if arguments is None:
-            return None
-        args, names = arguments
-        guard, guard_names = hooks_idle_check()
-        names.update(guard_names)
-        names.update({f"run{tag}": self.run, f"function{tag}": self.function, f"metadata{tag}": self.metadata})
-        gx, gy, gz = self.grid
-        statement = f"run{tag}({gx}, {gy}, {gz}, stream, function{tag}, metadata{tag}, None, None, None, {args})"
-        return guard, [statement], names
-
-    def native_launch(self, x_ptr: int, out_ptr: int) -> Any:
-        """This launch for the native module (``kernels.native.NativeLaunch``), derived from the
-        compiled kernel's signature (constexprs, values Triton specialised to constants, dropped)
-        and metadata: a block of 32 x num_warps threads, its shared memory, then up to two null
-        scratch pointers, confirmed against the driver's parameter sizes before any launch. None
-        where the kernel needs more than a plain launch (clusters, cooperative or PDL launch,
-        scratch memory), its signature is not at hand, or a pointer is neither x, out nor null."""
-        from kernels.native import NativeLaunch
-
-        metadata = getattr(self.kernel, "metadata", None)
-        signature = getattr(getattr(self.kernel, "src", None), "signature", None)
-        if metadata is None or not isinstance(signature, dict):
-            return None
-        if getattr(metadata, "num_ctas", 1) != 1 or getattr(metadata, "launch_cooperative_grid", False) \
-                or getattr(metadata, "launch_pdl", False) or getattr(metadata, "global_scratch_size", 0) \
-                or getattr(metadata, "profile_scratch_size", 0):
-            return None
-        types = list(signature.values())
-        if len(types) != len(self.values) + len(self.consts) or \
-                any(kind != "constexpr" for kind in types[len(self.values):]):
-            return None
-        kinds, values, x_slots, out_slots = [], [], [], []
-        for kind, value in zip(types, self.values):
-            if kind == "constexpr":
-                continue
-            if kind.startswith("*"):
-                if value and value not in (x_ptr, out_ptr):
-                    return None
-                if value:
-                    (x_slots if value == x_ptr else out_slots).append(len(values))
-                kinds.append("P")
-                values.append(0)
-                continue
-            if kind not in _SCALAR_KINDS:
+    metadata = getattr(kernel, "metadata", None)
+    signature = getattr(getattr(kernel, "src", None), "signature", None)
+    if metadata is None or not isinstance(signature, dict) or getattr(kernel, "function", None) is None:
+        return None
+    if getattr(metadata, "num_ctas", 1) != 1 or getattr(metadata, "launch_cooperative_grid", False) \
+            or getattr(metadata, "launch_pdl", False) or getattr(metadata, "global_scratch_size", 0) \
+            or getattr(metadata, "profile_scratch_size", 0):
+        return None
+    types = list(signature.values())[: len(runtime_names)]
+    if len(types) != len(runtime_names):
+        return None
+    kinds, packed, x_slots, out_slots = [], [], [], []
+    for index, (kind, value) in enumerate(zip(types, args)):
+        if kind == "constexpr":
+            continue
+        if kind.startswith("*"):
+            if value not in (X, OUT):
                 return None
+            (x_slots if value == X else out_slots).append(len(kinds))
+            kinds.append("P")
+        elif kind in _SCALAR_KINDS:
             kinds.append(_SCALAR_KINDS[kind])
-            values.append(value)
-        block = (32 * metadata.num_warps, 1, 1)
-        return NativeLaunch(self.function, self.grid, block, metadata.shared, "".join(kinds), values, x_slots,
-                            out_slots, trailing_nulls=2, checked=True)
-
-    def bind(self, x_ptr: int, out_ptr: int) -> Any:
-        """``fn(xp, op, stream)``: this launch with new pointers on ``stream``; through
-        ``kernel[grid]`` (which calls them) while a launch hook is registered. None as for
-        ``bind_code``."""
-        code = self.bind_code(x_ptr, out_ptr, "")
-        if code is None:
+        else:
             return None
-        guard, statements, names = code
-        args, _ = self._arguments(x_ptr, out_ptr, "")
-        source = "\n".join([
-            "def bound(xp, op, stream):",
-            f"    if {guard}:",
-            *(f"        {line}" for line in statements),
-            "    else:",
-            f"        kernel[{self.grid}]({args})",
-        ])
-        namespace = dict(names, kernel=self.kernel)
-        exec(compile(source, f"<triton replay {self.launcher.fn.__name__}>", "exec"), namespace)  # noqa: S102
-        return namespace["bound"]
+        packed.append(index)
+    kinds_text = "".join(kinds)
+    sizes = tuple(KIND_SIZES[kind] for kind in kinds_text)
+    return (struct.Struct(slot_format(kinds_text)), tuple(packed), tuple(x_slots), tuple(out_slots),
+            (32 * metadata.num_warps, 1, 1), int(metadata.shared), int(kernel.function), sizes)
 
 
 @lru_cache(maxsize=None)

@@ -21,7 +21,7 @@ import triton.language as tl
 from kernels.base import Build, KernelConfig, next_power_of_two
 from kernels.triton_impl.device import interpreting, probe_tensor, resources_of
 from kernels.triton_impl.fused_row import WARP_CHOICES, TritonFusedRow
-from kernels.triton_impl.launch import Launcher
+from kernels.triton_impl.launch import OUT, X, Launcher, hooks_idle_guard
 from kernels.triton_impl.tiles import LOG2E
 
 MAX_GRID_X = 2**31 - 1  # a launch's grid x limit: one program per row
@@ -69,4 +69,8 @@ class TritonOneRow(TritonFusedRow):
             if m:
                 launcher((m,), (x, out, n_cols), (next_power_of_two(n_cols),))
 
-        return Build(self.name, config, dtype, launch, resources)
+        def native(device: int, stream: int, m: int, n_cols: int) -> tuple | None:
+            launch_data = launcher.native(device, dtype, (m,), (X, OUT, n_cols), (next_power_of_two(n_cols),))
+            return None if launch_data is None or not m else (launch_data,)
+
+        return Build(self.name, config, dtype, launch, resources, native, native_guard=hooks_idle_guard())

@@ -16,8 +16,10 @@ router = APIRouter(tags=["health"])
 def healthz(request: Request, live: LiveTablesDep, settings: SettingsDep) -> Health:
     """Always 200 while the process serves: with the database down ``/dispatch`` still answers from the
     tables already loaded, so ``status`` says "degraded" rather than the probe failing. The database's
-    URL (a file path, a host name) is shown only to a caller with the upload token; others see its kind."""
+    URL (a file path, a host name) and the text of its errors (a driver's names host, port and SQL) are
+    shown only to a caller with an upload token; others see its kind and the errors' type names."""
     engine = request.app.state.engine
+    authorised = bearer_matches(settings, bearer_from_header(request))
     fast = request.app.fast_dispatch
     error = None
     try:
@@ -30,12 +32,19 @@ def healthz(request: Request, live: LiveTablesDep, settings: SettingsDep) -> Hea
     return Health(
         status="ok" if error is None else "degraded",
         database=DatabaseHealth(
-            reachable=error is None, backend=engine.url.get_backend_name(), error=error,
-            url=engine.url.render_as_string(hide_password=True) if bearer_matches(settings, bearer_from_header(request)) else None),
+            reachable=error is None, backend=engine.url.get_backend_name(), error=error if authorised else _redacted(error),
+            url=engine.url.render_as_string(hide_password=True) if authorised else None),
         tables=TablesHealth(
             count=len(tables), from_database=from_database, shipped=len(tables) - from_database,
-            generation=live.generation, last_error=live.last_error,
+            generation=live.generation, last_error=live.last_error if authorised else _redacted(live.last_error),
             loaded_at=datetime.fromtimestamp(live.loaded_at, timezone.utc) if live.loaded_at else None,
         ),
         dispatch_fast_path=FastPathHealth(entries=len(fast), hits=fast.hits, answers=fast.fast_answers),
     )
+
+
+def _redacted(error: str | None) -> str | None:
+    """``TypeName: driver text`` -> ``TypeName``: what an unauthenticated caller may see of an error."""
+    if error is None:
+        return None
+    return f"{error.split(':', 1)[0]} (details only with an upload token)"

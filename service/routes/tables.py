@@ -38,14 +38,16 @@ def _summary(live: LiveTables, table: DispatchTable) -> TableSummary:
         candidates=len(table.candidates), points=len(table.points),
         regret=RegretFigures.model_validate(regret) if isinstance(regret, dict) else None,
         created_at=str(table.document["created_at"]) if table.document.get("created_at") else None,
-        etag=live.encoded(table).etag,
+        source_runs=_runs(table.document.get("source_runs")), etag=live.encoded(table).etag,
     )
 
 
 @router.get(
     "/tables/{gpu}/{dtype}",
     response_model=TableDocument,
-    responses={304: {"description": "If-None-Match matched: the client's copy is current"},
+    responses={200: {"description": "the table document; `X-Table-Source` (database or shipped), "
+                                    "`X-Table-Fitted-At` and `X-Table-Source-Runs` say which table answers"},
+               304: {"description": "If-None-Match matched: the client's copy is current"},
                404: {"model": ErrorBody, "description": "no such table (body lists the known GPUs)"},
                **ERROR_RESPONSES},
     summary="One dispatch table document, with an ETag",
@@ -65,10 +67,21 @@ async def table(
         what = f"GPU {gpu_model!r}" if gpu_model not in known else f"{dtype_key}/{timing_method} on GPU {gpu_model!r}"
         raise ApiError(404, f"no dispatch table for {what}; known GPUs: {', '.join(known) or 'none'}", known_gpus=known)
     encoded = live.encoded(found)
-    headers = {"ETag": encoded.etag, "Cache-Control": "no-cache"}
+    headers = {"ETag": encoded.etag, "Cache-Control": "no-cache", **origin_headers(live, found)}
     if if_none_match is not None and _matches(if_none_match, encoded.etag):
         return Response(status_code=304, headers=headers)
     return Response(encoded.body, media_type="application/json", headers=headers)
+
+
+def _runs(value: object) -> list[int] | None:
+    return [run for run in value if type(run) is int] if isinstance(value, list) else None
+
+
+def origin_headers(live: LiveTables, table: DispatchTable) -> dict[str, str]:
+    """Which table answers, beside its bytes: ``database`` or ``shipped``, its fit time and source runs."""
+    runs = _runs(table.document.get("source_runs")) or []
+    return {"X-Table-Source": live.source_of(table), "X-Table-Fitted-At": str(table.document.get("created_at") or "-"),
+            "X-Table-Source-Runs": ",".join(map(str, runs)) or "-"}
 
 
 def _matches(if_none_match: str, etag: str) -> bool:

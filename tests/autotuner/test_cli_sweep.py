@@ -191,13 +191,8 @@ def test_l2_and_timing_map_onto_the_stored_method():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--l2", "hot"], "--l2 'hot' is not one of cold, warm"),
-    (["--timing", "cupti"], "--timing 'cupti' is not one of events, graph"),
     (["--timing", "graph", "--l2", "cold"], "--l2 cold needs --timing events"),
     (["--method", "cold", "--l2", "warm"], "--method cold contradicts"),
-    (["--method", "hot"], "--method 'hot' is not one of cold, warm, graph"),
-    (["--devices", "0,x", "--measurer", "tests.autotuner.fakes:DeterministicMeasurer"], "--devices '0,x' is not a comma list"),
-    (["--devices", "1,1", "--measurer", "tests.autotuner.fakes:DeterministicMeasurer"], "distinct"),
     (["--measurer", "no_colon"], "not of the form module:attribute"),
     (["--lease", "60", "--item-timeout", "120"], "--lease 60 must exceed --item-timeout 120"),
 ])
@@ -207,6 +202,22 @@ def test_bad_sweep_flags_exit_2_with_one_line_naming_what_is_accepted(args, mess
     text = " ".join(result.output.split())  # the console wraps long lines at the terminal width
     assert text.startswith("error: ") and text.count("error:") == 1 and "Traceback" not in text, result.output
     assert message in text, result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--l2", "hot"], "Invalid value for '--l2': Value error, 'hot' is not one of 'cold', 'warm'."),
+    (["--timing", "cupti"], "Invalid value for '--timing': Value error, 'cupti' is not one of 'events', 'graph'."),
+    (["--method", "hot"], "Invalid value for '--method': Value error, 'hot' is not one of 'cold', 'warm', 'graph'."),
+    (["--devices", "0,x"], "Invalid value for '--devices': '0,x' is not a comma list"),
+    (["--devices", "1,1"], "distinct"),
+])
+def test_bad_sweep_choices_are_typer_usage_errors_naming_what_is_accepted(args, message):
+    """Choices are checked by Typer before the command runs: its usage error (usage, hint, one Error
+    line), exit 2, no traceback."""
+    result = CliRunner().invoke(app, ["sweep", *args])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in result.output, result.output
 
 
 def test_a_fake_device_that_does_not_exist_is_refused(monkeypatch):

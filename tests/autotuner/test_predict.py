@@ -1,4 +1,4 @@
-"""Answers outside the measured points (autotuner/lookup/predict.py), on the shipped tables and by hand."""
+"""Answers outside the measured points (autotuner/fit/model.py), on the shipped tables and by hand."""
 from __future__ import annotations
 
 import json
@@ -8,20 +8,29 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.lookup import predict
-from autotuner.lookup.predict import scaled
+from autotuner.fit import model as predict
+from autotuner.fit.model import scaled
 from autotuner.lookup.select import FALLBACK_VARIANT, TableStore
+from autotuner.fit.rule import RuleTable
 from autotuner.lookup.table import DispatchTable
 
 # The tables fitted on the classic grid alone (M 1-16384, N 1024-262144; shipped until the domain refit):
 # their measured domain is known, so the rules for shapes outside it are tested on a fixed edge.
 CLASSIC = Path(__file__).resolve().parents[1] / "data" / "classic_tables"
-CLASSIC_TABLES = [DispatchTable(json.loads(path.read_text())) for path in sorted(CLASSIC.glob("*_cold.json"))]
+
+
+def _shipped_rules() -> list[RuleTable]:
+    from tests.autotuner.shipped_picks import tables_to_replay
+
+    return [RuleTable(table.document) for table in tables_to_replay()]
+
+
+CLASSIC_TABLES = [RuleTable(json.loads(path.read_text())) for path in sorted(CLASSIC.glob("*_cold.json"))]
 
 
 @pytest.fixture(scope="module")
 def store():
-    return TableStore(CLASSIC_TABLES)
+    return TableStore(DispatchTable(table.document) for table in CLASSIC_TABLES)  # their decision indexes
 
 
 def test_scaled_interpolates_between_and_extrapolates_past_the_measured_sizes():
@@ -42,18 +51,18 @@ def test_a_row_is_not_extrapolated_far_past_its_end_where_other_rows_measured_fu
     # the M = 1448 row measured the candidate at N = 3 alone (a domain sweep's row); read at
     # N = 30522 it would scale 3 -> 30522 in proportion (the shipped H100 fp16 table had put 101 ms
     # at 1500 x 30522). Rows 1024 and 4096, measured past the query, answer instead.
-    table = DispatchTable({"format_version": 1, "gpu": "x", "dtype": "fp16", "rule": "local-regret-clamped",
+    table = RuleTable({"format_version": 1, "gpu": "x", "dtype": "fp16", "rule": "local-regret-clamped",
                            "candidates": [{"variant": "k", "config": {}, "constraints": {}}],
                            "points": [{"m": 1024, "n": 1024, "times": [20.0]}, {"m": 1024, "n": 32768, "times": [50.0]},
                                       {"m": 1448, "n": 3, "times": [26.0]},
                                       {"m": 4096, "n": 1024, "times": [67.0]}, {"m": 4096, "n": 32768, "times": [184.0]}]})
     model = predict._Model(table)
-    time = model.time_python(0, 1500, 30522)
+    time = model.time(0, 1500, 30522)
     assert 50.0 < time < 184.0, time
     assert model.time(0, 1500, 30522) == time
-    assert model.time_python(0, 1448, 12) == pytest.approx(26.0 * 12 / 3)  # within CLAMP_REACH of its end
+    assert model.time(0, 1448, 12) == pytest.approx(26.0 * 12 / 3)  # within CLAMP_REACH of its end
     # past the candidate's largest measured N every row extrapolates (the table's N edge)
-    assert model.time_python(0, 1024, 65536) == pytest.approx(50.0 * 2 ** (math.log(50 / 20) / math.log(32)))
+    assert model.time(0, 1024, 65536) == pytest.approx(50.0 * 2 ** (math.log(50 / 20) / math.log(32)))
 
 
 def test_predicted_times_of_the_shipped_h100_picks_match_the_held_out_recording():
@@ -62,10 +71,8 @@ def test_predicted_times_of_the_shipped_h100_picks_match_the_held_out_recording(
     2000 x 2500); the rows extrapolated without reach had given bf16 a 71x error."""
     import gzip
 
-    from autotuner.lookup.select import load_shipped_tables
-
     document = json.loads(gzip.open(Path(__file__).resolve().parents[1] / "data" / "h100_heldout.json.gz", "rt").read())
-    for table in (t for t in load_shipped_tables() if t.gpu == "h100"):
+    for table in (t for t in _shipped_rules() if t.gpu == "h100"):
         measured: dict[tuple[int, int], dict[tuple[str, str], float]] = {}
         for run in document["runs"]:
             if (run.get("grid") or {}).get("purpose") != "held-out":
@@ -91,19 +98,15 @@ def test_no_prediction_of_a_shipped_table_is_below_the_bytes_at_the_copys_best_b
     # not bracket M: H200 fp16 10257 x 349210 had been given its M = 1000 neighbour's 409 us (7 GB)
     import random
 
-    from autotuner.lookup.select import load_shipped_tables
-
-    from tests.autotuner.shipped_picks import tables_to_replay
-
     rng = random.Random(3)
-    for table in tables_to_replay():
+    for table in _shipped_rules():
         model = predict._model_of(table)
         for _ in range(3000):
             m, n = int(2 ** rng.uniform(0, 20)), int(2 ** rng.uniform(0, 24))
             found = predict.answer(table, m, n)
             if found.predicted_us is not None:
                 assert found.predicted_us >= model.floor(m, n), (table.gpu, table.dtype, m, n, found)
-    assert predict.answer(next(t for t in load_shipped_tables() if (t.gpu, t.dtype) == ("h200", "fp16")),
+    assert predict.answer(next(t for t in _shipped_rules() if (t.gpu, t.dtype) == ("h200", "fp16")),
                           10257, 349210).predicted_us > 3000
 
 
@@ -157,10 +160,10 @@ def _edge_scores(table, axis: str) -> tuple[list[float], list[float]]:
     predicted and measured time."""
     import math
 
-    from autotuner.lookup.table import DispatchTable
+    from autotuner.fit.rule import RuleTable
 
     edge = max(p[axis] for p in table.points)
-    reduced = DispatchTable({**table.document, "points": [p for p in table.points if p[axis] != edge]})
+    reduced = RuleTable({**table.document, "points": [p for p in table.points if p[axis] != edge]})
     regrets, errors = [], []
     for point in (p for p in table.points if p[axis] == edge):
         result = predict.answer(reduced, point["m"], point["n"])
@@ -202,10 +205,8 @@ def _time_over_every_row(model, index: int, m: int, n: int) -> float | None:
 def test_the_model_reads_only_the_rows_it_needs_and_agrees_with_every_row():
     import random
 
-    from tests.autotuner.shipped_picks import tables_to_replay
-
     rng = random.Random(11)
-    for table in [*CLASSIC_TABLES, *tables_to_replay()]:
+    for table in [*CLASSIC_TABLES, *_shipped_rules()]:
         model = predict._Model(table)
         for _ in range(300):
             m = rng.choice([rng.randint(0, 40), rng.randint(1, 1 << 21)])

@@ -1,11 +1,13 @@
-"""Predicted tables (``autotuner predict``), on the CPU: every listed model without a measured table
-ships one per dtype, offering only kernels its architecture runs and never a time below its own copy
-floor; the lookup answers from them for their own GPU only; the performance model's parts."""
+"""Predicted tables (``autotuner predict``), on the CPU: the models of ``PREDICTED_MODELS`` ship one per
+dtype, with its decision index, offering only kernels its architecture runs and never a time below its
+own copy floor (and so does the prediction for every other listed model, built here); the lookup
+answers from them for their own GPU only; the performance model's parts."""
 from __future__ import annotations
 
 import json
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,21 +15,60 @@ import pytest
 from autotuner.fit.perfmodel import (blocks_per_sm, copy_floor_us, features, fit_candidate, nonnegative_least_squares,
                                      PerfModel, CandidateModel)
 from autotuner.fit.samples import Resources, Sample
+from autotuner.fit.predict_table import PREDICTED_MODELS
 from autotuner.lookup.gpu_models import GPU_MODELS, runs_on
 from autotuner.lookup.select import TableStore, is_predicted, load_shipped_tables, shipped_table_files
 from kernels import KernelConfig, get_variant
 
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = load_shipped_tables()
 PREDICTED = [t for t in SHIPPED if is_predicted(t)]
 MEASURED_GPUS = {t.gpu for t in SHIPPED if not is_predicted(t)}
 
 
-def test_every_listed_model_without_a_measured_table_has_predicted_ones():
+def test_the_predicted_models_ship_one_table_per_dtype_and_no_other_model_does():
     have = {(t.gpu, t.dtype) for t in PREDICTED}
-    for key in GPU_MODELS:
-        if key not in MEASURED_GPUS:
-            assert {(key, dt) for dt in ("fp32", "fp16", "bf16")} <= have, key
-    assert not {t.gpu for t in PREDICTED} & MEASURED_GPUS  # a measured GPU never ships a prediction
+    assert have == {(key, dt) for key in PREDICTED_MODELS for dt in ("fp32", "fp16", "bf16")}
+    assert not set(PREDICTED_MODELS) & MEASURED_GPUS  # a measured GPU never ships a prediction
+
+
+@pytest.mark.parametrize("table", PREDICTED, ids=lambda t: f"{t.gpu}-{t.dtype}")
+def test_a_predicted_table_carries_a_decision_index_of_its_own_gpus_view_alone(table):
+    index = table.document["index"]
+    assert table.document["format_version"] == 2 and index["views"] == [{"excluded": []}]
+    assert len(index["exact"]) == 1 and len(index["partitions"]) == 1
+    store = TableStore([table])
+    for point in table.points[::7]:  # the exact probe answers a point of the table with one of its times
+        choice = store.select(point["m"], point["n"], table.dtype, table.gpu)
+        assert choice.source == "predicted" and choice.exact, (point["m"], point["n"], choice)
+        assert any(t is not None and choice.predicted_us == pytest.approx(t, rel=1e-5) for t in point["times"]), \
+            (point["m"], point["n"], choice)
+
+
+@pytest.fixture(scope="module")
+def every_recording():
+    from autotuner.fit.perfmodel import fit_model
+    from autotuner.fit.samples import load_samples, recording_paths
+
+    samples = load_samples(recording_paths(ROOT))
+    return samples, fit_model(samples, {g: GPU_MODELS[g] for g in {s.gpu for s in samples}})
+
+
+@pytest.mark.parametrize("gpu", [g for g in GPU_MODELS if g not in ("h100", "h200")])
+def test_the_prediction_for_every_listed_model_offers_only_kernels_it_runs_above_its_copy_floor(gpu, every_recording):
+    """Every model, shipped or not (``autotuner predict --gpu MODEL`` writes any of them): the
+    predicted times before the fit, per dtype."""
+    from autotuner.fit.predict_table import kernel_limits, predicted_observations
+
+    samples, model = every_recording
+    spec = GPU_MODELS[gpu]
+    for dtype in ("fp32", "fp16", "bf16"):
+        _, requirements = kernel_limits(dtype)
+        observations = predicted_observations(samples, model, spec, dtype, requirements)
+        assert observations, (gpu, dtype)
+        for variant, config in {(o.variant, o.config_key): o.config for o in observations}.items():
+            assert runs_on(requirements(variant[0], config), spec), (gpu, dtype, variant)
+        assert all(o.median_us >= copy_floor_us(o.m, o.n, dtype, spec) * (1 - 1e-12) for o in observations)
 
 
 def test_every_model_lists_the_specs_the_performance_model_reads():
@@ -58,8 +99,8 @@ def test_an_architecture_without_clusters_or_hopper_kernels_gets_none():
     assert a100
     for table in a100:
         assert all(c["requires"]["min_arch"] <= 80 and c["requires"].get("cluster", 0) <= 1 for c in table.candidates)
-    hopper = [t for t in PREDICTED if t.gpu == "h100-pcie"]
-    assert any(c["requires"]["min_arch"] == 90 for t in hopper for c in t.candidates)  # it does run them
+    blackwell = [t for t in PREDICTED if t.gpu == "b200"]
+    assert any(c["requires"]["min_arch"] == 90 for t in blackwell for c in t.candidates)  # it does run them
 
 
 def test_the_lookup_answers_a_gpu_never_measured_from_its_predicted_table():
@@ -70,6 +111,15 @@ def test_the_lookup_answers_a_gpu_never_measured_from_its_predicted_table():
         assert choice.predicted_us >= copy_floor_us(1000, 4096, "bf16", GPU_MODELS[gpu])
         assert store.select(1 << 20, 3_000_001 // 1000, "fp32", gpu).source in ("predicted", "predicted/model", "fallback")
     assert store.select(1000, 4096, "bf16", "h100").source == "table"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for gpu in ("a100-pcie", "a10", "l40"):  # no predicted table: no measured donor of sm_80-89 either
+            assert store.select(1000, 4096, "bf16", gpu).source == "fallback", gpu
+        assert store.select(1000, 4096, "bf16", "gh200").source == "nearest-gpu:h100"  # a measured donor
+    a800 = store.select(1000, 4096, "bf16", "a800")  # the A100 80GB SXM's figures: its prediction is the A800's
+    assert a800.source == "predicted" and "a100" in a800.reason and a800.gpu == "a800"
+    assert (a800.variant, a800.config) == (store.select(1000, 4096, "bf16", "a100").variant,
+                                           store.select(1000, 4096, "bf16", "a100").config)
 
 
 def test_a_measured_table_replaces_the_prediction_and_a_prediction_is_never_lent():

@@ -1,4 +1,4 @@
-"""The local-regret arithmetic's shortcuts (autotuner/lookup/regret.py) give the rule's own answers:
+"""The local-regret arithmetic's shortcuts (autotuner/fit/regret.py) give the rule's own answers:
 the closed-form neighbours equal the line-by-line ones bit for bit, and a plan's pick equals the
 fit over every allowed candidate, on the shipped and classic tables and on made-up regrets."""
 from __future__ import annotations
@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from autotuner.lookup import regret
+from autotuner.fit import regret
+from autotuner.fit.rule import RuleTable
 from tests.autotuner.shipped_picks import tables_to_replay
-from autotuner.lookup.table import DispatchTable
 
 CLASSIC = Path(__file__).resolve().parents[1] / "data" / "classic_tables"
 
 
-def _tables() -> list[DispatchTable]:
+def _tables() -> list[RuleTable]:
     documents = [table.document for table in tables_to_replay()]
     documents += [json.loads(path.read_text()) for path in sorted(CLASSIC.glob("*.json"))]
-    return [DispatchTable({**document, "rule": rule}) for document in documents
+    return [RuleTable({**document, "rule": rule}) for document in documents
             for rule in ("local-regret-clamped", "local-regret")]
 
 
@@ -39,7 +39,7 @@ def test_closed_form_neighbours_equal_the_line_by_line_ones(table):
         layout_key, points = table._class_points(n)
         table._stencil(m, n)  # builds the layout
         layout = table._layouts[layout_key]
-        fast = regret.stencil_python(layout, m, n, table.rule != "local-regret")
+        fast = regret.stencil(layout, m, n, table.rule != "local-regret")
         slow = regret.stencil_by_lines(layout, m, n, table.rule != "local-regret")
         assert fast[0] == slow[0] and list(map(float.hex, fast[1])) == list(map(float.hex, slow[1])), (m, n)
         closed += any(cell is not None for cell in layout.cells.values())
@@ -47,7 +47,7 @@ def test_closed_form_neighbours_equal_the_line_by_line_ones(table):
 
 
 def _reference_best(columns, gaps, weights, allowed):
-    """The rule as first written (DispatchTable._local_regret before plans): every allowed candidate's
+    """The rule as first written (RuleTable._local_regret before plans): every allowed candidate's
     weighted mean, the fit where some are partial, the smallest (ties: the lower index)."""
     theta, complete, partial = {}, [], {}
     for i in allowed:

@@ -8,12 +8,13 @@ import time
 import pytest
 
 from autotuner.lookup.select import KernelChoice, TableStore, UnknownGpuError
+from autotuner.fit.index import index_document
 from autotuner.lookup.table import DispatchTable
 from tests.autotuner.test_table import document
 
 
 def store_with(*gpus: str) -> TableStore:
-    return TableStore(DispatchTable({**document(), "gpu": gpu}) for gpu in gpus)
+    return TableStore(DispatchTable(index_document({**document(), "gpu": gpu})) for gpu in gpus)
 
 
 def test_importing_and_calling_select_kernel_loads_neither_torch_nor_cupy():
@@ -147,3 +148,73 @@ def test_a_shipped_file_named_for_another_table_is_not_used(tmp_path, monkeypatc
     select_module.add_shipped_tables(store)
     assert store.get("h100", "fp32") is None and store.gpus() == []
     assert "not used" in caplog.text
+
+
+@pytest.mark.parametrize("name", ["nonsense", "h20", "v100"])
+def test_an_unknown_gpu_is_warned_about_once_naming_the_known_models(name):
+    import warnings
+
+    from autotuner.lookup import select
+
+    select._warned_gpus.discard(name)
+    store = store_with("h100")
+    with pytest.warns(RuntimeWarning, match=f"GPU '{name}' is not a model the lookup knows.*known: .*h100"):
+        choice = store.select(8, 1024, "bf16", name)
+    assert choice.variant == "torch_softmax" and choice.source == "fallback"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second time: no warning
+        store.select(16, 1024, "bf16", name)
+
+
+def test_zero_rows_answer_alike_in_the_lookup_the_cli_and_dispatch():
+    """M = 0 launches nothing: the kernel M = 1 would run, predicted 0 µs, a reason saying so; the
+    lookup, ``autotuner select`` and ``/dispatch`` answer it alike (the README's domain starts at 0)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from autotuner import select_kernel
+    from autotuner.cli import app
+    from autotuner.lookup.select import ZERO_ROWS_REASON, default_store
+    from service.config import Settings
+    from service.routes.dispatch import answer_dispatch
+    from service.schemas import DispatchQuery
+
+    embedded = select_kernel(0, 4096, "bf16", "h100")
+    one_row = select_kernel(1, 4096, "bf16", "h100")
+    assert (embedded.variant, embedded.config) == (one_row.variant, one_row.config)
+    assert embedded.predicted_us == 0.0 and embedded.reason == ZERO_ROWS_REASON and not embedded.exact
+    printed = CliRunner().invoke(app, ["select", "0", "4096", "bf16", "--gpu", "h100"])
+    assert printed.exit_code == 0, printed.output
+    assert json.loads(printed.output) == embedded.as_dict()
+    served = answer_dispatch(default_store(), Settings(), DispatchQuery(m=0, n=4096, dtype="bf16", gpu="h100"))
+    assert (served.m, served.variant, served.config, served.predicted_us, served.source) == \
+        (0, embedded.variant, embedded.config, 0.0, embedded.source)
+
+
+MEMORY_PROBE = """
+import json, random, resource, warnings
+warnings.simplefilter("ignore")
+from autotuner import select_kernel
+rng = random.Random(7)
+for dtype in ("fp16", "bf16", "fp32"):  # loads the tables and decodes their partitions
+    for n in (8, 9):
+        select_kernel(3, n, dtype, "h100")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for _ in range(200_000):
+    select_kernel(int(2 ** rng.uniform(0, 20)), int(2 ** rng.uniform(0, 24)), rng.choice(("fp16", "bf16", "fp32")), "h100")
+print(json.dumps({"grown_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+"""
+
+
+def test_two_hundred_thousand_new_shapes_grow_the_process_by_at_most_50_mb(tmp_path):
+    """Every lookup cache is bounded (the answers, the views), not by the shapes met."""
+    import json
+    import os
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "AUTOTUNER_DB": str(tmp_path / "absent.sqlite")}
+    done = subprocess.run([sys.executable, "-c", MEMORY_PROBE], env=env, capture_output=True, text=True,
+                          timeout=300, check=True)
+    assert json.loads(done.stdout)["grown_mb"] <= 50

@@ -104,7 +104,12 @@ def test_status_command_prints_each_gpu_and_the_work_list(tmp_path):
 
 
 def test_status_of_an_empty_or_missing_database_is_one_line(tmp_path):
-    # a fresh database is a state, not an error (issue 19): exit 0 and what to run to fill it
-    result = CliRunner().invoke(app, ["status", "--db", str(tmp_path / "none.sqlite")])
+    # an empty database is a state, not an error (issue 19): exit 0 and what to run to fill it
+    (tmp_path / "empty.sqlite").touch()
+    result = CliRunner().invoke(app, ["status", "--db", str(tmp_path / "empty.sqlite")])
     assert result.exit_code == 0 and len(result.output.strip().splitlines()) == 1
     assert "no sweep runs in this database yet" in result.output
+    # one named that does not exist is a typo, not an empty database (issue 31): exit 2, nothing created
+    result = CliRunner().invoke(app, ["status", "--db", str(tmp_path / "none.sqlite")])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "no database at" in result.output and sorted(p.name for p in tmp_path.iterdir()) == ["empty.sqlite"]

@@ -18,8 +18,8 @@ from autotuner.tune import sampling
 from autotuner.lookup.gpu import GpuInfo
 from autotuner.report.heldout import all_held_out_shapes
 from autotuner.tune.measure import WorkItem
-from autotuner.tune.strategy import (DomainStrategy, FixedGrid, midpoint, observations, prediction_error, run_strategy,
-                                winner_regret)
+from autotuner.tune.strategy import (DomainStrategy, FixedGrid, is_ours, midpoint, observations, peer_lead,
+                                     prediction_error, run_strategy, winner_or_peer_regret, winner_regret)
 from autotuner.tune.sweep import Candidate, Sweep, plan
 from db import make_engine
 from kernels import all_variants
@@ -223,6 +223,41 @@ def test_refinement_follows_a_models_error(tmp_path, recorded):
     assert proposed == {(1024, 4096, "fp32"), (1024, 65536, "fp32"), (128, 16384, "fp32"), (4096, 16384, "fp32")}
 
 
+def test_peer_lead_counts_only_a_peer_faster_than_every_candidate_of_ours():
+    assert is_ours("cuda_warp_row[block=128]") and is_ours("triton_one_row[num_warps=1]")
+    assert not is_ours("torch_softmax[]") and not is_ours("liger_softmax[]") and not is_ours("quack_softmax[]")
+    times = {"cuda_warp_row[a]": 5.0, "triton_one_row[b]": 4.4, "liger_softmax[]": 4.0, "torch_softmax[]": 6.0}
+    assert peer_lead(times) == pytest.approx(0.1)
+    assert peer_lead({**times, "cuda_short_rows[c]": 3.9}) == 0.0
+    assert peer_lead({"torch_softmax[]": 1.0}) == 0.0 and peer_lead({"cuda_warp_row[a]": 1.0}) == 0.0
+
+
+def test_peer_aware_refinement_also_splits_where_a_recorded_peer_beats_ours():
+    """The default domain sweep's coarse lattice as recorded on the H100 (bench/data, real torch and Liger
+    times beside ours): with ``winner_or_peer_regret`` the refinement asks every shape the winners' rule
+    asks, and more, each of them next to a point where a peer beat every candidate of ours by > 3 %
+    (e.g. M = 2^20 x N = 1, where torch took 6.9 us and ours 27.8 on fp16)."""
+    seen: dict[tuple, dict[str, float]] = {}
+    for (_run, m, n, dtype), timings in load_recording(DOMAIN_SWEEP).items():
+        times = seen.setdefault((m, n, dtype), {})
+        for timed in timings:
+            times[timed.candidate] = min(timed.median_us, times.get(timed.candidate, math.inf))
+    lattice = [s for s in sampling.coarse_shapes() if s in seen]
+    assert len(lattice) == len(sampling.coarse_shapes())
+    plain = DomainStrategy(coarse=lattice, lattice=list(lattice))
+    aware = DomainStrategy(coarse=lattice, lattice=list(lattice), error=winner_or_peer_regret())
+    asked, more = plain.refinements(seen), aware.refinements(seen)
+    extra = set(more) - set(asked)
+    assert set(asked) <= set(more) and len(extra) >= 10, (len(asked), len(extra))
+    led = {s for s in lattice if peer_lead(seen[s]) > aware.threshold}
+    for shape in extra:
+        pairs = [(a, b) for a, b in aware.neighbours() if aware._between(a, b) == shape]
+        assert any(a in led or b in led for a, b in pairs), shape
+    assert (524288, 1, "fp16") in extra or (524288, 1, "fp16") in asked
+    assert seen[(1048576, 1, "fp16")]["torch_softmax[]"] < 7.0 < 27.0 < min(
+        t for label, t in seen[(1048576, 1, "fp16")].items() if is_ours(label))
+
+
 def test_refinement_never_proposes_a_held_out_shape():
     held_out = all_held_out_shapes()
     low, high = (3, 7, "fp32"), (3, 1001 * 1001 // 7, "fp32")
@@ -261,39 +296,52 @@ def test_budget_stops_the_strategy_sweep(tmp_path, recorded):
         assert connection.exec_driver_sql("SELECT status FROM sweep_runs").scalar() == "interrupted"
 
 
-def test_resumed_strategy_sweep_repeats_no_item_and_ends_as_one_run_would(tmp_path, recorded):
+# The resume and sharing tests replay one dtype's lattice (its rounds are those of any dtype: the
+# strategy refines each dtype's lattice alone) against one uninterrupted run of it, made once per module:
+# the three tests had cost 78-111 s each replaying both dtypes with a whole run of their own.
+RESUME_DTYPES = ("fp32",)
+
+
+@pytest.fixture(scope="module")
+def whole_run(recorded, tmp_path_factory) -> set[tuple]:
+    """The identities one uninterrupted strategy sweep over RESUME_DTYPES measures."""
     candidates, plan_items = replay_plan(recorded)
     whole = ReplayMeasurer(recorded)
-    run_strategy(new_sweep(tmp_path / "whole.sqlite", candidates), whole, replay_strategy(), plan_items)
+    sweep = new_sweep(tmp_path_factory.mktemp("whole") / "whole.sqlite", candidates)
+    summaries = run_strategy(sweep, whole, replay_strategy(RESUME_DTYPES), plan_items)
+    assert len(summaries) >= 3  # refinement rounds to resume into
+    return {item.identity for item in whole.calls}
+
+
+def test_resumed_strategy_sweep_repeats_no_item_and_ends_as_one_run_would(tmp_path, recorded, whole_run):
+    candidates, plan_items = replay_plan(recorded)
     db = tmp_path / "resumed.sqlite"
     first = SlowReplay(recorded, pause_s=0.002)
-    run_strategy(new_sweep(db, candidates), first, replay_strategy(), plan_items, budget_s=0.6)
+    run_strategy(new_sweep(db, candidates), first, replay_strategy(RESUME_DTYPES), plan_items, budget_s=0.6)
     second = ReplayMeasurer(recorded)
-    run_strategy(new_sweep(db, candidates), second, replay_strategy(), plan_items)
+    run_strategy(new_sweep(db, candidates), second, replay_strategy(RESUME_DTYPES), plan_items)
     first_ids = {item.identity for item in first.calls}
     second_ids = {item.identity for item in second.calls}
     assert first_ids and second_ids and not first_ids & second_ids
-    assert first_ids | second_ids == {item.identity for item in whole.calls}
+    assert first_ids | second_ids == whole_run
 
 
-def test_a_sweep_stopped_inside_a_refinement_round_is_finished_by_its_rerun(tmp_path, recorded):
+def test_a_sweep_stopped_inside_a_refinement_round_is_finished_by_its_rerun(tmp_path, recorded, whole_run):
     """The first run stops a few items into round 1, leaving its shapes pending on the work list; the
     rerun replays round 0 (all measured) before reaching round 1, and must still measure all of it
     (on the H100, 2026-11-25, a resumed domain sweep skipped the rest of its round 2: 10,068 items)."""
     candidates, plan_items = replay_plan(recorded)
-    whole = ReplayMeasurer(recorded)
-    run_strategy(new_sweep(tmp_path / "whole.sqlite", candidates), whole, replay_strategy(), plan_items)
-    coarse_items = len(plan_items(replay_strategy().coarse))
+    coarse_items = len(plan_items(replay_strategy(RESUME_DTYPES).coarse))
     db = tmp_path / "resumed.sqlite"
     first = ReplayMeasurer(recorded)
-    run_strategy(new_sweep(db, candidates), first, replay_strategy(), plan_items,
+    run_strategy(new_sweep(db, candidates), first, replay_strategy(RESUME_DTYPES), plan_items,
                  should_stop=lambda: len(first.calls) >= coarse_items + 3)
-    assert len(first.calls) < len(whole.calls)
+    assert coarse_items < len(first.calls) < len(whole_run)
     second = ReplayMeasurer(recorded)
-    run_strategy(new_sweep(db, candidates), second, replay_strategy(), plan_items)
+    run_strategy(new_sweep(db, candidates), second, replay_strategy(RESUME_DTYPES), plan_items)
     measured = [item.identity for item in first.calls + second.calls]
     assert len(measured) == len(set(measured))
-    assert set(measured) == {item.identity for item in whole.calls}
+    assert set(measured) == whole_run
 
 
 def test_fixed_grid_asks_its_shapes_once():
@@ -311,7 +359,7 @@ def test_two_strategy_sweepers_on_one_database_share_the_shapes(tmp_path, record
     db = tmp_path / "shared.sqlite"
     sweeps = [new_sweep(db, candidates) for _ in range(2)]
     runners = [SlowReplay(recorded, pause_s=0.002) for _ in range(2)]
-    threads = [threading.Thread(target=run_strategy, args=(sweep, runner, replay_strategy(), plan_items))
+    threads = [threading.Thread(target=run_strategy, args=(sweep, runner, replay_strategy(RESUME_DTYPES), plan_items))
                for sweep, runner in zip(sweeps, runners)]
     for thread in threads:
         thread.start()
@@ -322,4 +370,4 @@ def test_two_strategy_sweepers_on_one_database_share_the_shapes(tmp_path, record
     # shapes the recording lacks, so candidates are what must never repeat
     identities = [item.identity for runner in runners for item in runner.calls if item.kind == "candidate"]
     assert len(identities) == len(set(identities))
-    assert {item.shape_key for runner in runners for item in runner.calls} >= set(replay_strategy().coarse)
+    assert {item.shape_key for runner in runners for item in runner.calls} >= set(replay_strategy(RESUME_DTYPES).coarse)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.lookup.table import DispatchTable, TableFormatError, admits
+from autotuner.fit.rule import RuleTable, admits
+from autotuner.lookup.table import TableFormatError
 
 
 def document(rule="nearest-log", points=None):
@@ -39,7 +40,7 @@ def test_allowed_sets_kept_per_cell_of_the_limits_equal_the_constraints_test(mul
                                         for i, c in enumerate(constraints)]}
     for point in doc["points"]:
         point["times"] = [1.0] * len(constraints)
-    table = DispatchTable(doc)
+    table = RuleTable(doc)
     assert bool(table._modulus) == (multiple == 1)
     rng = random.Random(2)
     edges = [0, 1, 4, 5, 82, 83, 128, 129, 999, 1000, 4096, 4097, 65536, 65537]
@@ -52,19 +53,19 @@ def test_allowed_sets_kept_per_cell_of_the_limits_equal_the_constraints_test(mul
 
 
 def test_measured_shape_answers_with_its_winner():
-    pick = DispatchTable(document()).lookup(4096, 1024)
+    pick = RuleTable(document()).lookup(4096, 1024)
     assert pick.candidate == 1 and pick.exact and pick.predicted_us == 15.0
 
 
 def test_nearest_rule_never_picks_a_candidate_that_cannot_run_the_exact_shape():
-    table = DispatchTable(document())
+    table = RuleTable(document())
     assert table.lookup(1, 1100).candidate == 0  # nearest is (1, 1024) where "small" wins
     assert table.lookup(1, 1001).candidate == 0  # n odd: "vector" is excluded, "small" still fits
     assert table.lookup(1, 5001).candidate == 2  # over n_max and not a multiple of 8: only "any"
 
 
 def test_interpolation_predicts_between_grid_lines():
-    table = DispatchTable(document("interp-log"))
+    table = RuleTable(document("interp-log"))
     pick = table.lookup(64, 8192)
     assert not pick.exact and pick.candidate in (1, 2)
     assert 3.0 < pick.predicted_us < 900.0
@@ -74,7 +75,7 @@ def test_interpolation_predicts_between_grid_lines():
 
 def test_odd_n_is_interpolated_from_its_own_alignment_class_when_present():
     points = document()["points"] + [{"m": 1, "n": 50257, "times": [None, None, 5.0]}]
-    table = DispatchTable(document("interp-log", points))
+    table = RuleTable(document("interp-log", points))
     assert table.lookup(1, 50001).candidate == 2
 
 
@@ -86,13 +87,13 @@ def test_odd_n_is_interpolated_from_its_own_alignment_class_when_present():
 ])
 def test_malformed_tables_are_refused_with_the_reason(broken, message):
     with pytest.raises(TableFormatError, match=message):
-        DispatchTable({**document(), **broken})
+        RuleTable({**document(), **broken})
 
 
 def test_an_alignment_class_measured_at_one_n_does_not_speak_for_other_n():
     points = document()["points"] + [{"m": 1, "n": 50257, "times": [None, None, 5.0]},
                                      {"m": 4096, "n": 50257, "times": [None, None, 500.0]}]
-    table = DispatchTable(document("interp-log", points))
+    table = RuleTable(document("interp-log", points))
     assert table.lookup(1, 1001).candidate == 0  # odd N far from 50257: the N=1024 points decide
 
 
@@ -109,7 +110,7 @@ def grid_document(times_by_point, candidates=None, rule="local-regret"):
 
 def test_local_regret_neighbours_are_the_bilinear_corners_inside_a_cell():
     points = {(m, n): [1.0, 1.0] for m in (1, 16) for n in (1024, 4096)}
-    table = DispatchTable(grid_document(points))
+    table = RuleTable(grid_document(points))
     weights = dict(table.neighbours(4, 2048))  # log2: M a half of the way, N a half of the way
     assert weights == pytest.approx({(1, 1024): 0.25, (1, 4096): 0.25, (16, 1024): 0.25, (16, 4096): 0.25})
     weights = dict(table.neighbours(2, 2048))  # M a quarter of the way up
@@ -119,12 +120,12 @@ def test_local_regret_neighbours_are_the_bilinear_corners_inside_a_cell():
 def test_local_regret_reads_a_missing_grid_point_from_its_axis_neighbours():
     points = {(m, n): [1.0, 1.0] for m in (1, 4, 16) for n in (1024, 2048, 4096)}
     del points[(4, 2048)]
-    table = DispatchTable(grid_document(points))
+    table = RuleTable(grid_document(points))
     assert dict(table.neighbours(4, 2048)) == pytest.approx(
         {(4, 1024): 0.25, (4, 4096): 0.25, (1, 2048): 0.25, (16, 2048): 0.25})
     # at the edge of the grid only the axis that surrounds the point speaks
     del points[(16, 2048)]
-    table = DispatchTable(grid_document(points))
+    table = RuleTable(grid_document(points))
     assert dict(table.neighbours(16, 2048)) == pytest.approx({(16, 1024): 0.5, (16, 4096): 0.5})
 
 
@@ -134,12 +135,12 @@ def test_local_regret_clamped_reads_an_edge_point_from_both_axes():
     fitted before it still carry, reads the edge row alone. Inside a fully measured grid both agree."""
     points = {(m, n): [1.0, 1.0] for m in (1, 4, 16) for n in (1024, 2048, 4096)}
     del points[(1, 2048)]
-    clamped = DispatchTable(grid_document(points, rule="local-regret-clamped"))
+    clamped = RuleTable(grid_document(points, rule="local-regret-clamped"))
     assert dict(clamped.neighbours(1, 2048)) == pytest.approx({(1, 1024): 0.25, (1, 4096): 0.25, (4, 2048): 0.5})
-    old = DispatchTable(grid_document(points))
+    old = RuleTable(grid_document(points))
     assert dict(old.neighbours(1, 2048)) == pytest.approx({(1, 1024): 0.5, (1, 4096): 0.5})
     points[(1, 2048)] = [1.0, 1.0]  # every line spans every query inside the grid: the same neighbours
-    clamped, old = (DispatchTable(grid_document(points, rule=rule)) for rule in ("local-regret-clamped", "local-regret"))
+    clamped, old = (RuleTable(grid_document(points, rule=rule)) for rule in ("local-regret-clamped", "local-regret"))
     for m, n in ((2, 1500), (8, 3000), (3, 2048)):
         assert dict(clamped.neighbours(m, n)) == pytest.approx(dict(old.neighbours(m, n)))
 
@@ -149,8 +150,8 @@ def test_local_regret_clamped_lets_the_nearer_line_overrule_a_lone_edge_row():
     to the point (M = 4), where 'b' wins: the clamped rule weighs that column as much as the row."""
     points = {(1, 1024): [1.0, 1.02], (1, 4096): [1.0, 1.02], (4, 2048): [1.3, 1.0],
               (4, 1024): [1.0, 1.0], (4, 4096): [1.0, 1.0], (16, 2048): [1.3, 1.0]}
-    assert DispatchTable(grid_document(points)).lookup(1, 2048).candidate == 0
-    assert DispatchTable(grid_document(points, rule="local-regret-clamped")).lookup(1, 2048).candidate == 1
+    assert RuleTable(grid_document(points)).lookup(1, 2048).candidate == 0
+    assert RuleTable(grid_document(points, rule="local-regret-clamped")).lookup(1, 2048).candidate == 1
 
 
 def test_local_regret_compares_regrets_not_times():
@@ -160,11 +161,11 @@ def test_local_regret_compares_regrets_not_times():
     points = {(1, 1024): [1.0, 1.1], (1, 4096): [1000.0, None], (16, 1024): [1.0, 1.1], (16, 4096): [1000.0, None]}
     candidates = [{"variant": "a", "config": {}, "constraints": {}},
                   {"variant": "b", "config": {}, "constraints": {"n_max": 2048}}]
-    table = DispatchTable(grid_document(points, candidates))
+    table = RuleTable(grid_document(points, candidates))
     pick = table.lookup(4, 2048)
     assert pick.candidate == 0 and not pick.exact
     assert pick.predicted_us == pytest.approx((1.0 * 1000.0) ** 0.5)  # its time, interpolated in log space
-    interp = DispatchTable({**grid_document(points, candidates), "rule": "interp-log"})
+    interp = RuleTable({**grid_document(points, candidates), "rule": "interp-log"})
     assert interp.lookup(4, 2048).candidate == 1
 
 
@@ -174,7 +175,7 @@ def test_local_regret_judges_a_candidate_only_where_it_can_run():
     points = {(1, 1024): [1.0, 1.05], (1, 4096): [None, 1.0], (16, 1024): [1.0, 1.08], (16, 4096): [None, 1.0]}
     candidates = [{"variant": "small", "config": {}, "constraints": {"n_max": 2048}},
                   {"variant": "any", "config": {}, "constraints": {}}]
-    table = DispatchTable(grid_document(points, candidates))
+    table = RuleTable(grid_document(points, candidates))
     assert table.lookup(4, 2000).candidate == 0
     assert table.lookup(4, 3000).candidate == 1  # out of its range: never chosen
 
@@ -182,17 +183,17 @@ def test_local_regret_judges_a_candidate_only_where_it_can_run():
 def test_local_regret_caps_what_one_noisy_estimate_can_weigh(monkeypatch):
     """Past REGRET_CAP a neighbour's regret counts as REGRET_CAP: one wild quick estimate (30x) does
     not outweigh three neighbours where the candidate is clearly best; uncapped, it would."""
-    from autotuner.lookup import table as table_module
+    from autotuner.fit import rule as table_module
 
     points = {(1, 1024): [1.0, 1.2], (1, 4096): [30.0, 1.0], (16, 1024): [1.0, 1.2], (16, 4096): [1.0, 1.2]}
-    assert DispatchTable(grid_document(points)).lookup(4, 2048).candidate == 0
+    assert RuleTable(grid_document(points)).lookup(4, 2048).candidate == 0
     monkeypatch.setattr(table_module, "REGRET_CAP", 1000.0)
-    assert DispatchTable(grid_document(points)).lookup(4, 2048).candidate == 1
+    assert RuleTable(grid_document(points)).lookup(4, 2048).candidate == 1
 
 
 def test_local_regret_answers_measured_shapes_with_their_winner_and_beyond_the_grid():
     points = {(m, n): [1.0 + (m == 16), 1.5] for m in (1, 16) for n in (1024, 4096)}
-    table = DispatchTable(grid_document(points))
+    table = RuleTable(grid_document(points))
     pick = table.lookup(16, 4096)
     assert pick.exact and pick.candidate == 1 and pick.predicted_us == 1.5
     assert table.lookup(1 << 20, 1 << 20).candidate == 1  # clamped to the corner (16, 4096)
@@ -213,11 +214,11 @@ def test_local_regret_skips_a_candidate_unmeasured_where_its_constraints_admit()
     # nothing vouches for it between the two, so the measured "old" answers
     points = [{"m": 1, "n": 1024, "times": [5.0, None]}, {"m": 1, "n": 4096, "times": [9.0, 3.0]},
               {"m": 64, "n": 1024, "times": [6.0, None]}, {"m": 64, "n": 4096, "times": [12.0, 4.0]}]
-    table = DispatchTable(_gap_document(points))
+    table = RuleTable(_gap_document(points))
     assert table.lookup(8, 2048).candidate == 0
     # measured at every neighbour, it wins
     points[0]["times"][1] = points[2]["times"][1] = 1.0
-    assert DispatchTable(_gap_document(points)).lookup(8, 2048).candidate == 1
+    assert RuleTable(_gap_document(points)).lookup(8, 2048).candidate == 1
 
 
 def test_local_regret_clamped_does_not_read_a_row_that_ends_far_before_the_query():
@@ -225,7 +226,7 @@ def test_local_regret_clamped_does_not_read_a_row_that_ends_far_before_the_query
     # "new" was measured; reading (2, 4096) would leave "new" out for lack of a time there
     points = [{"m": 1, "n": 4096, "times": [4.0, None]}, {"m": 2, "n": 4096, "times": [4.5, None]},
               {"m": 1, "n": 1 << 20, "times": [900.0, 10.0]}, {"m": 4, "n": 1 << 20, "times": [950.0, 12.0]}]
-    table = DispatchTable(_gap_document(points))
+    table = RuleTable(_gap_document(points))
     assert all(n >= (1 << 20) // 4 for (_, n), _ in table.neighbours(2, 1 << 20))
     assert table.lookup(2, 1 << 20).candidate == 1
 
@@ -236,7 +237,7 @@ def test_an_alignment_class_measured_only_far_from_the_query_does_not_choose_its
     points = [{"m": 1, "n": 2048, "times": [2.0, 4.0]}, {"m": 1, "n": 4096, "times": [3.0, 6.0]},
               {"m": 4, "n": 2048, "times": [2.5, 5.0]}, {"m": 4, "n": 4096, "times": [3.5, 7.0]},
               {"m": 1, "n": 500, "times": [9.0, 1.0]}, {"m": 4, "n": 50257, "times": [90.0, 10.0]}]
-    table = DispatchTable(_gap_document(points))
+    table = RuleTable(_gap_document(points))
     assert {corner for corner, _ in table.neighbours(2, 2501)} <= {(1, 2048), (1, 4096), (4, 2048), (4, 4096)}
     assert table.lookup(2, 2501).candidate == 0
     assert table.lookup(4, 50257).candidate == 1  # a measured odd N still answers from its own point
@@ -248,7 +249,7 @@ def test_local_regret_clamped_does_not_read_a_column_measured_only_far_below_the
     points = [{"m": 2, "n": 24576, "times": [4.0, 9.0]},
               {"m": 1024, "n": 16384, "times": [60.0, 40.0]}, {"m": 1024, "n": 65536, "times": [240.0, 160.0]},
               {"m": 4096, "n": 16384, "times": [240.0, 160.0]}, {"m": 4096, "n": 65536, "times": [960.0, 640.0]}]
-    table = DispatchTable(_gap_document(points))
+    table = RuleTable(_gap_document(points))
     assert (2, 24576) not in {corner for corner, _ in table.neighbours(1500, 24576)}
     assert table.lookup(1500, 24576).candidate == 1
     # within the reach the column still speaks: at M = 16 it is read beside the rows
@@ -265,7 +266,7 @@ def test_local_regret_clamped_reads_a_line_between_two_far_points_at_the_near_on
         {"m": 2048, "n": 24000, "times": [70.0, 75.0]}, {"m": 2048, "n": 40000, "times": [110.0, None]}])
     doc["candidates"] = [{"variant": "long", "config": {}, "constraints": {}},
                          {"variant": "short", "config": {}, "constraints": {"n_max": 32768}}]
-    table = DispatchTable(doc)
+    table = RuleTable(doc)
     corners = {corner for corner, _ in table.neighbours(1500, 30522)}
     assert (1024, 50257) in corners and (1024, 1431) not in corners
     assert table.lookup(1500, 30522).candidate == 0
@@ -273,4 +274,4 @@ def test_local_regret_clamped_reads_a_line_between_two_far_points_at_the_near_on
     corners = {corner for corner, _ in table.neighbours(1024, 5000)}
     assert (1024, 1431) in corners and (1024, 50257) not in corners
     # the unclamped rule reads the row between both points, however far
-    assert (1024, 1431) in {c for c, _ in DispatchTable({**doc, "rule": "local-regret"}).neighbours(1500, 30522)}
+    assert (1024, 1431) in {c for c, _ in RuleTable({**doc, "rule": "local-regret"}).neighbours(1500, 30522)}

@@ -217,9 +217,10 @@ def test_a_registers_only_cluster_config_starts_at_a_quarter_of_its_capacity():
 def test_cluster_launcher_refuses_rows_beyond_its_registers():
     variant = ClusterSplitCuda()
     config = KernelConfig.of(cluster=2, block=512, packs=8, smem=0)
-    launch = variant.make_launcher(object(), config, "fp32", 512)
+    launch, native = variant.make_launcher(object(), config, "fp32", 512)
     with pytest.raises(ValueError, match="row capacity 32768"):
         launch(types.SimpleNamespace(shape=(1, 32769)), None)
+    assert native(0, 0, 1, 32769) is None  # the launch raises the error
 
 
 def test_cluster_shared_memory_holds_what_the_registers_cannot():

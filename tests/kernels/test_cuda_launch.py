@@ -1,7 +1,8 @@
 """The CUDA launch path without a GPU: ``loader.KernelLauncher`` packs the arguments into the buffer
 cuLaunchKernel reads (checked through a stand-in for CuPy's ``driver.launchKernel`` that reads the
 parameters back from memory), per device and per thread; ``loader.launch`` maps numpy scalar types
-to parameter kinds; ``CudaVariant.make_launcher`` remembers the geometry per shape."""
+to parameter kinds; ``CudaVariant.make_launcher`` works the geometry out per call from (M, N), for
+the launch and for the native module alike."""
 from __future__ import annotations
 
 import ctypes
@@ -169,17 +170,6 @@ def test_direct_launch_can_be_turned_off(fake_gpu, monkeypatch):
     assert [type(a) for a in args] == [np.uint64, np.uint64, np.int64, np.int32] and list(args) == [16, 32, 3, 4]
 
 
-def test_recorded_launches_replay_the_same_driver_call(fake_gpu):
-    launcher = loader.KernelLauncher(fake_gpu.kernel, (256,), "PPqq")
-    calls = []
-    with loader.recording(calls):
-        launcher((9,), 0, 64, 128, 9, 1000)
-    launcher((1,), 0, 0, 0, 0, 0)  # the thread's buffer is overwritten; the recording is not
-    calls[0].replay()
-    assert fake_gpu.driver.calls[2] == fake_gpu.driver.calls[0]
-    assert loader.KernelLauncher.__call__ is not None and "record" not in loader.KernelLauncher.__call__.__name__
-
-
 class _RowKernel(CudaVariant):
     name = "test_row_kernel"
     source = "none.cu"
@@ -207,19 +197,23 @@ class _Tensor:
         return self.ptr
 
 
-def test_cuda_launcher_works_out_geometry_once_per_shape_and_skips_empty_inputs(fake_gpu):
+def test_cuda_launcher_works_out_geometry_per_call_and_skips_empty_inputs(fake_gpu):
     variant = _RowKernel()
-    launch = variant.make_launcher(fake_gpu.kernel, KernelConfig.of(block=128), "fp32", 128)
+    launch, native = variant.make_launcher(fake_gpu.kernel, KernelConfig.of(block=128), "fp32", 128)
     launch(_Tensor((0, 100), 0), _Tensor((0, 100), 0))
     for _ in range(3):
         launch(_Tensor((3, 100), 256), _Tensor((3, 100), 512))
     launch(_Tensor((5, 100), 256), _Tensor((5, 100), 512))
-    assert variant.grids == 2
+    assert variant.grids == 4  # nothing kept per shape
     calls = fake_gpu.driver.calls
     assert len(calls) == 4
     assert calls[0][0][1:8] == (3, 1, 1, 128, 1, 1, 400)
     assert calls[0][1] == [struct.pack("<Q", 256), struct.pack("<Q", 512), struct.pack("<q", 3), struct.pack("<q", 100)]
     assert calls[3][0][1] == 5
+    handle = calls[0][0][0]
+    assert native(0, 0x5000, 0, 100) is None
+    assert native(0, 0x5000, 7, 100) == ((handle, (7, 1, 1), (128, 1, 1), 400, struct.pack("<QQqq", 0, 0, 7, 100),
+                                          (0,), (1,)),)
 
 
 def test_cuda_launcher_with_its_own_kernel_args_goes_through_loader_launch(fake_gpu):
@@ -228,8 +222,9 @@ def test_cuda_launcher_with_its_own_kernel_args_goes_through_loader_launch(fake_
             return (np.uint64(x.data_ptr()), np.int32(n))
 
     fake_gpu.driver.widths = (8, 4)
-    launch = Custom().make_launcher(fake_gpu.kernel, KernelConfig.of(block=128), "fp32", 128)
+    launch, native = Custom().make_launcher(fake_gpu.kernel, KernelConfig.of(block=128), "fp32", 128)
     launch(_Tensor((2, 10), 64), _Tensor((2, 10), 128))
+    assert native is None  # its own argument layout: the Python path only
     assert fake_gpu.driver.calls[0][1] == [struct.pack("<Q", 64), struct.pack("<i", 10)]
 
 

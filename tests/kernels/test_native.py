@@ -1,6 +1,6 @@
-"""The native launch module without a GPU: how recorded CUDA and Triton launches become its argument
-slots, the check of a layout against the driver's parameter sizes, and the module itself built
-against this torch (allocation, argument errors)."""
+"""The native launch module without a GPU: how CUDA and Triton launches become its argument slots,
+the check of a layout against the driver's parameter sizes, the background build, and the module
+itself built against this torch (allocation, argument errors)."""
 from __future__ import annotations
 
 import shutil
@@ -10,92 +10,104 @@ from types import SimpleNamespace
 import pytest
 
 from kernels import native
-from kernels.cuda.replay import CudaLaunch
-from kernels.native import NativeLaunch, plan_launches
-from kernels.triton_impl.launch import TritonLaunch
-
-X, OUT = 0x7000_0000, 0x7100_0000
+from kernels.cuda import launch as cuda_launch
+from kernels.triton_impl import launch as triton_launch
+from kernels.triton_impl.launch import OUT, X
 
 
-def cuda_launch(kinds: str, args: tuple) -> CudaLaunch:
-    launcher = SimpleNamespace(kinds=kinds, block=(128, 1, 1))
-    return CudaLaunch(launcher, 0, 0xABC, (5, 1, 1), 256, 0, args, None)
-
-
-def test_a_cuda_launch_packs_its_arguments_with_x_and_out_patched_per_call():
-    launch = cuda_launch("PPqif", (X, OUT, 7, -3, 0.5))
-    got = launch.native_launch(X, OUT)
+def test_a_cuda_launch_packs_its_arguments_with_x_and_out_patched_per_call(monkeypatch):
+    launcher = cuda_launch.KernelLauncher(SimpleNamespace(kernel=SimpleNamespace(ptr=0xABC)), (128,), "PPqif")
+    raised = []
+    monkeypatch.setattr(launcher, "_raise_smem", lambda device, smem: raised.append((device, smem)))
+    got = launcher.native(0, (5,), 256, (0, 0, 7, -3, 0.5))
+    assert raised == [(0, 256)]  # the shared-memory opt-in is checked as the launch checks it
     function, grid, block, shared_mem, slots, x_slots, out_slots = got
-    assert (function, grid, block, shared_mem) == (0xABC, (5, 1, 1), (128, 1, 1), 256)
+    assert (function, grid, block, shared_mem) == (0xABC, (5, 1, 1), (128, 1, 1), 0x100)
     assert (x_slots, out_slots) == ((0,), (1,))
     assert slots == struct.pack("<QQqi4xf4x", 0, 0, 7, -3, 0.5)
-    assert got.sizes == (8, 8, 8, 4, 4) and got.trailing_nulls == 0 and not got.checked
+    launcher.direct = False  # AUTOTUNER_CUDA_DIRECT_LAUNCH=0: not native either
+    assert launcher.native(0, (5,), 0, (0, 0, 7, -3, 0.5)) is None
 
 
-def test_a_cuda_launch_with_any_other_pointer_is_not_native():
-    assert cuda_launch("PPP", (X, OUT, 0x9000)).native_launch(X, OUT) is None  # a workspace, a stream's slots
-    assert cuda_launch("PPP", (X, OUT, 0)).native_launch(X, OUT) is not None  # a null stays null
-
-
-def triton_launch(signature: dict, values: tuple, consts: tuple = (), **metadata) -> TritonLaunch:
+def compiled(signature: dict, **metadata) -> SimpleNamespace:
     fields = {"num_warps": 4, "num_ctas": 1, "shared": 1024, "global_scratch_size": 0, "profile_scratch_size": 0}
-    kernel = SimpleNamespace(metadata=SimpleNamespace(**{**fields, **metadata}),
-                             src=SimpleNamespace(signature=signature))
-    names = [name for name in signature][: len(values)]
-    launcher = SimpleNamespace(runtime_names=tuple(names))
-    return TritonLaunch(launcher, (None, 0xDEF, None, kernel), (3, 1, 1), 0, values, consts)
+    return SimpleNamespace(metadata=SimpleNamespace(**{**fields, **metadata}), src=SimpleNamespace(signature=signature),
+                           function=0xDEF)
 
 
 SIGNATURE = {"x_ptr": "*fp16", "out_ptr": "*fp16", "M": "i32", "stride": "constexpr", "scale": "fp32",
              "BLOCK": "constexpr"}
+NAMES = ("x_ptr", "out_ptr", "M", "stride", "scale")
 
 
 def test_a_triton_launch_follows_the_compiled_signature():
-    launch = triton_launch(SIGNATURE, (X, OUT, 9, 1, 2.0), consts=(1024,))
-    got = launch.native_launch(X, OUT)
-    function, grid, block, shared_mem, slots, x_slots, out_slots = got
-    assert (function, grid, block, shared_mem) == (0xDEF, (3, 1, 1), (128, 1, 1), 1024)
-    assert (x_slots, out_slots) == ((0,), (1,))
-    assert slots == struct.pack("<QQi4xf4x", 0, 0, 9, 2.0)  # the specialised stride (a constant) is dropped
-    assert got.sizes == (8, 8, 4, 4) and got.trailing_nulls == 2 and got.checked
+    template = triton_launch._native_template(compiled(SIGNATURE), NAMES, (X, OUT, 9, 1, 2.0))
+    slot_struct, packed, x_slots, out_slots, block, shared, function, sizes = template
+    assert (function, block, shared, x_slots, out_slots) == (0xDEF, (128, 1, 1), 1024, (0,), (1,))
+    assert packed == (0, 1, 2, 4)  # the specialised stride (a constant) is dropped
+    assert slot_struct.pack(0, 0, 9, 2.0) == struct.pack("<QQi4xf4x", 0, 0, 9, 2.0)
+    assert sizes == (8, 8, 4, 4)
 
 
 @pytest.mark.parametrize("change", [
     {"num_ctas": 2}, {"global_scratch_size": 64}, {"profile_scratch_size": 8}, {"launch_pdl": True},
 ])
 def test_a_triton_launch_needing_more_than_a_plain_launch_is_not_native(change):
-    assert triton_launch(SIGNATURE, (X, OUT, 9, 1, 2.0), (1024,), **change).native_launch(X, OUT) is None
+    assert triton_launch._native_template(compiled(SIGNATURE, **change), NAMES, (X, OUT, 9, 1, 2.0)) is None
 
 
 def test_a_triton_launch_whose_signature_does_not_fit_is_not_native():
-    assert triton_launch({**SIGNATURE, "M": "fp16"}, (X, OUT, 9, 1, 2.0), (1024,)).native_launch(X, OUT) is None
-    assert triton_launch(SIGNATURE, (X, OUT, 9, 1), (1024,)).native_launch(X, OUT) is None  # arity differs
-    assert triton_launch(SIGNATURE, (X, 0x9000, 9, 1, 2.0), (1024,)).native_launch(X, OUT) is None
+    assert triton_launch._native_template(compiled({**SIGNATURE, "M": "fp16"}), NAMES, (X, OUT, 9, 1, 2.0)) is None
+    assert triton_launch._native_template(compiled(SIGNATURE), NAMES, (X, 0x9000, 9, 1, 2.0)) is None  # a workspace
 
 
 class FakeModule:
     def __init__(self, sizes):
-        self.sizes, self.made = sizes, None
+        self.sizes = sizes
 
     def param_sizes(self, function):
         return self.sizes
 
-    def make_plan(self, launches):
-        self.made = launches
-        return "plan"
+
+@pytest.mark.parametrize("sizes, checked, nulls", [
+    ((8, 8, 8, 8), True, 2),  # two scratch pointers after the arguments: appended as nulls
+    ((8, 8), True, 0),
+    ((8, 4), True, None),  # sizes differ
+    ((8, 8, 8, 8, 8), True, None),  # more than the nulls allowed
+    (None, True, None),  # a driver that cannot tell: a Triton layout is refused
+    (None, False, 0),  # our own kinds, as the Python path trusts them
+])
+def test_a_layout_goes_native_only_as_the_driver_reports_it(monkeypatch, sizes, checked, nulls):
+    monkeypatch.setattr(native, "_extra_nulls", {})
+    assert native.confirmed_extra_nulls(FakeModule(sizes), 1, (8, 8), 2, checked) == nulls
 
 
-def test_a_layout_goes_native_only_as_the_driver_reports_it():
-    triton = NativeLaunch(1, (1, 1, 1), (32, 1, 1), 0, "PP", (0, 0), (0,), (1,), trailing_nulls=2, checked=True)
-    module = FakeModule((8, 8, 8, 8))  # two scratch pointers after the arguments: appended as nulls
-    assert plan_launches(module, [triton]) == "plan" and module.made[0][4] == bytes(32)
-    assert plan_launches(FakeModule((8, 8)), [triton]) == "plan"
-    assert plan_launches(FakeModule((8, 4)), [triton]) is None  # sizes differ
-    assert plan_launches(FakeModule((8, 8, 8, 8, 8)), [triton]) is None  # more than the nulls allowed
-    assert plan_launches(FakeModule(None), [triton]) is None  # a driver that cannot tell: Triton refused
-    cuda = NativeLaunch(1, (1, 1, 1), (32, 1, 1), 0, "PP", (0, 0), (0,), (1,))
-    assert plan_launches(FakeModule(None), [cuda]) == "plan"  # our own kinds, as the Python path trusts them
-    assert plan_launches(FakeModule((8, 8, 8)), [cuda]) is None
+def test_a_missing_module_is_built_in_the_background_never_in_the_caller(monkeypatch, tmp_path):
+    import threading
+
+    monkeypatch.setenv(native.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(native.ENV, "1")
+    release, calls = threading.Event(), []
+
+    def slow_build(force=False):
+        calls.append(threading.current_thread().name)
+        release.wait(10)
+        raise native.NativeBuildError("no C++ compiler found (a test)")
+
+    monkeypatch.setattr(native, "build", slow_build)
+    monkeypatch.setattr(native, "_background", [])
+    native.reset()
+    try:
+        assert native.load() is None  # returns at once: the build waits on ``release``
+        native.reset()
+        assert native.load() is None and len(native._background) == 1  # one background build per process
+        release.set()
+        with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler"):
+            native.wait_for_background_build(10)
+        assert calls == ["softmax-native-build"]
+    finally:
+        release.set()
+        native.reset()
 
 
 def test_load_returns_none_when_turned_off_or_not_built(monkeypatch, tmp_path):
@@ -105,8 +117,9 @@ def test_load_returns_none_when_turned_off_or_not_built(monkeypatch, tmp_path):
         monkeypatch.setenv(native.ENV, "0")
         assert native.load() is None
         native.reset()
+        monkeypatch.setattr(native, "_background", [object()])  # a build already started
         monkeypatch.setenv(native.ENV, "1")
-        assert native.load() is None  # nothing built in this cache: never compiles on its own
+        assert native.load() is None  # nothing built in this cache: never compiles in the caller
     finally:
         native.reset()
 

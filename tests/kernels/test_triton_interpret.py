@@ -13,6 +13,9 @@ The rest runs in-process: configs, constraints, split planning, availability, an
 """
 from __future__ import annotations
 
+import struct
+import types
+
 import json
 import os
 import subprocess
@@ -236,41 +239,32 @@ def test_launcher_calls_registered_launch_hooks_through_the_compiled_kernel(fake
     assert fn.calls[1][1:] == ((2, 3, 1), (x, x, 5, 32, 32, 1))
 
 
-def test_launcher_keys_per_device_and_records_replayable_launches(fake_cuda_context, monkeypatch):
+def test_launcher_describes_a_kept_kernels_launch_for_the_native_module(fake_cuda_context, monkeypatch):
+    """``Launcher.native``: the launch ``launcher(grid, args, consts)`` would issue, from the kernel
+    kept for that specialisation (x and out as markers, taken as 16-byte aligned), with the driver's
+    null scratch pointers appended; None where that specialisation (this device, this N % 16 class)
+    has not been compiled yet."""
     import torch
 
-    from kernels.launch_record import recording
-    from kernels.triton_impl.launch import Launcher
+    from kernels import native
+    from kernels.triton_impl.launch import OUT, X, Launcher
 
     fn = _FakeJit()
     launcher = Launcher(fn, ("BLOCK", "STAGES"), {"num_warps": 4, "num_stages": 1}, plain=("M",))
-    x, y, ws = torch.zeros(64), torch.zeros(64), torch.zeros(64)
-    launcher((3,), (x, y, 5, 32), (32, 1))
-    monkeypatch.setattr(fake_cuda_context, "_current_device", lambda: 1)
-    calls = []
-    with recording(calls):
-        launcher((3,), (x, y, 5, 32), (32, 1))  # a kernel per device: the JIT again (not replayable)
-        launcher((3,), (x, y, 5, 32), (32, 1))
-    launcher((3,), (x, y, 5, 32), (32, 1))  # not recorded: the recording is over
-    assert [call[0] for call in fn.calls] == ["jit", "jit", "run", "run"]
-    assert calls[0] is None and len(calls) == 2
-    record = calls[1]
-    assert record.pointers() == [x.data_ptr(), y.data_ptr()]
-    record.replay()  # as recorded
-    assert fn.calls[-1] == fn.calls[-2] and fn.calls[-1][1][3] == 0x5EED + 1
-    bound = record.bind(x.data_ptr(), y.data_ptr())
-    bound(1024, 2048, 77)  # new pointers and stream, the rest as recorded
-    assert fn.calls[-1][1] == (3, 1, 1, 77, 0xF00D, (4, 1, 0), None, None, None, 1024, 2048, 5, 32, 32, 1)
-    assert record.bind(x.data_ptr(), ws.data_ptr()) is None  # y would be a foreign pointer
-    from triton import knobs
-
-    hook = knobs.runtime.launch_enter_hook
-    if hasattr(hook, "add"):  # a HookChain (Triton >= 3.4)
-        monkeypatch.setattr(hook, "calls", [lambda metadata: None])
-    else:
-        monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: None)
-    bound(1024, 2048, 77)  # a hook registered: through kernel[grid], which calls it
-    assert fn.calls[-1] == ("compiled", (3, 1, 1), (1024, 2048, 5, 32, 32, 1))
+    x = torch.zeros(64)
+    launcher((3,), (x, x, 5, 32), (32, 1))  # compiled and kept (N = 32: a multiple of 16)
+    kernel = launcher.compiled[next(iter(launcher.compiled))][3]
+    kernel.metadata = types.SimpleNamespace(num_warps=4, num_ctas=1, shared=512)
+    kernel.src = types.SimpleNamespace(signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "M": "i32", "N": "i32",
+                                                  "BLOCK": "constexpr", "STAGES": "constexpr"})
+    module = types.SimpleNamespace(param_sizes=lambda function: (8, 8, 4, 4, 8, 8))
+    monkeypatch.setattr(native, "load", lambda: module)
+    monkeypatch.setattr(native, "_extra_nulls", {})
+    got = launcher.native(0, "fp32", (7,), (X, OUT, 9, 48), (32, 1))  # another M and N of the same class
+    assert got == (0xF00D, (7, 1, 1), (128, 1, 1), 512, struct.pack("<QQi4xi4x", 0, 0, 9, 48) + bytes(16), (0,), (1,))
+    assert launcher.native(0, "fp32", (7,), (X, OUT, 9, 47), (32, 1)) is None  # N % 16 != 0: not compiled
+    assert launcher.native(1, "fp32", (7,), (X, OUT, 9, 48), (32, 1)) is None  # another device
+    assert launcher.native(0, "fp16", (7,), (X, OUT, 9, 48), (32, 1)) is None  # another dtype
 
 
 def test_launcher_without_direct_launch_always_goes_through_the_jit(fake_cuda_context, monkeypatch):

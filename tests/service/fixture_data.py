@@ -7,6 +7,7 @@ format (per-point times of every candidate, copy reference, regret figures).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +54,17 @@ def copy_time_us(m: int, n: int, dtype: str) -> float:
 
 def table_payload(gpu: str, gpu_name: str, dtype: str, run_id: int, rule: str = "interp-log",
                   speedup: float = 1.0) -> dict[str, Any]:
-    """A fitted table in ``autotuner/lookup/table.py``'s format; ``speedup`` scales every time (a "refit")."""
+    """A fitted table in ``autotuner/lookup/table.py``'s format, with its decision index; ``speedup``
+    scales every time (a "refit")."""
+    return {**_indexed_payload(gpu, gpu_name, dtype, rule, speedup), "source_runs": [run_id]}
+
+
+@functools.lru_cache(maxsize=None)
+def _indexed_payload(gpu: str, gpu_name: str, dtype: str, rule: str, speedup: float) -> dict[str, Any]:
+    """The payload without its run, indexed once per process (the index build evaluates the rule over
+    the whole domain)."""
+    from autotuner.fit.index import index_document
+
     points = []
     regrets = []
     for m in MS:
@@ -63,7 +74,7 @@ def table_payload(gpu: str, gpu_name: str, dtype: str, run_id: int, rule: str = 
             points.append({"m": m, "n": n, "copy_us": copy_time_us(m, n, dtype), "times": times})
             regrets.append(1.0 + 0.01 * ((m * 7 + n) % 5))
     regrets.sort()
-    return {
+    return index_document({
         "format_version": 1, "gpu": gpu, "gpu_name": gpu_name, "dtype": dtype, "timing_method": "cold",
         "rule": rule,
         "candidates": [{"variant": v.name, "config": v.config, "config_key": v.config_key,
@@ -71,9 +82,9 @@ def table_payload(gpu: str, gpu_name: str, dtype: str, run_id: int, rule: str = 
         "points": points,
         "regret": {"geomean": 1.012, "p95": regrets[int(0.95 * (len(regrets) - 1))], "max": regrets[-1],
                    "method": "leave-one-out"},
-        "created_at": "2025-01-01T00:00:00+00:00", "source_runs": [run_id],
+        "created_at": "2025-01-01T00:00:00+00:00",
         "environment": {"torch": "2.8.0", "cuda": "12.8"},
-    }
+    })
 
 
 def populate(session, gpus=(("h100", "NVIDIA H100 80GB HBM3"), ("a100", "NVIDIA A100-SXM4-80GB")),

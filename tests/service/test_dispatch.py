@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from autotuner.fit.index import index_document
 from db import queries
 from db.engine import make_engine, transaction
 from service.app import create_app
@@ -66,11 +67,19 @@ def test_dispatch_without_gpu_needs_a_default(client, settings):
     assert "gpu is required" in response.json()["message"]
     with TestClient(create_app(settings.model_copy(update={"default_gpu": "a100"}))) as defaulted:
         body = defaulted.get("/dispatch", params={"m": 8, "n": 1024, "dtype": "bf16"}).json()
+        defaulted_schema = defaulted.get("/openapi.json").json()
     assert body["gpu"] == "a100"
+
+    def gpu_parameter(schema: dict) -> dict:
+        return next(p for p in schema["paths"]["/dispatch"]["get"]["parameters"] if p["name"] == "gpu")
+
+    # the schema says what the answers do: required without a default GPU, optional with one
+    required = gpu_parameter(client.get("/openapi.json").json())
+    assert required["required"] is True and "no AUTOTUNER_DEFAULT_GPU" in required["description"]
+    assert gpu_parameter(defaulted_schema).get("required", False) is False
 
 
 @pytest.mark.parametrize("params, place", [
-    ({"m": 0}, "query parameter 'm'"),
     ({"m": -5}, "query parameter 'm'"),
     ({"n": 0}, "query parameter 'n'"),
     ({"m": 2**31}, "query parameter 'm'"),
@@ -87,6 +96,15 @@ def test_dispatch_rejects_bad_parameters_with_a_readable_422(client, params, pla
     body = response.json()
     assert body["message"].startswith(place), body["message"]
     assert body["detail"] and body["detail"][0]["loc"][0] == "query"
+
+
+def test_zero_rows_answer_the_one_row_kernel_at_no_cost(client):
+    """M = 0 launches nothing: /dispatch answers as select_kernel does (tests/autotuner/test_select.py
+    checks the three answer alike on the shipped tables)."""
+    zero = client.get("/dispatch", params={"m": 0, "n": 1024, "dtype": "bf16", "gpu": "h100"})
+    one = client.get("/dispatch", params={"m": 1, "n": 1024, "dtype": "bf16", "gpu": "h100"}).json()
+    assert zero.status_code == 200
+    assert (zero.json()["m"], zero.json()["variant"], zero.json()["predicted_us"]) == (0, one["variant"], 0.0)
 
 
 def test_dispatch_requires_m_n_and_dtype(client):
@@ -114,6 +132,7 @@ def test_dispatch_falls_back_to_torch_when_no_candidate_admits_the_shape(setting
         payload["candidates"] = [payload["candidates"][i] for i in warp_only]
         for point in payload["points"]:
             point["times"] = [point["times"][i] for i in warp_only]
+        payload = index_document(payload)  # the index of the table as edited
         queries.save_table(session, gpu, "fp32", "cold", payload, source_runs=[1], candidate_count=1)
     engine.dispose()
     with TestClient(create_app(settings)) as client:
@@ -130,7 +149,7 @@ def test_repeated_dispatch_is_replayed_from_the_cache_with_identical_bytes(setti
         first = client.get("/dispatch", params=query)
         second = client.get("/dispatch", params=query)
         other = client.get("/dispatch", params={**query, "dtype": "fp16"})
-        rejected = [client.get("/dispatch", params={**query, "m": 0}) for _ in range(2)]
+        rejected = [client.get("/dispatch", params={**query, "m": -1}) for _ in range(2)]
     assert first.content == second.content and first.headers["content-type"] == second.headers["content-type"]
     assert other.json()["dtype"] == "fp16"
     assert [r.status_code for r in rejected] == [422, 422]  # errors are never cached
@@ -159,7 +178,7 @@ def test_the_fast_path_leaves_errors_and_odd_queries_to_the_route(settings):
     app = create_app(settings.model_copy(update={"reload_interval_s": 3600}))
     with TestClient(app) as client:
         assert client.get("/dispatch?m=8&n=64&dtype=bf16&gpu=b200").json()["known_gpus"] == ["a100", "h100"]
-        assert client.get("/dispatch?m=0&n=64&dtype=bf16&gpu=h100").status_code == 422
+        assert client.get("/dispatch?m=-1&n=64&dtype=bf16&gpu=h100").status_code == 422
         assert client.get("/dispatch?m=8&n=64&dtype=bf16").status_code == 422  # no default GPU
         repeated = client.get("/dispatch?m=8&m=4096&n=64&dtype=bf16&gpu=h100")
         assert repeated.status_code == 200 and repeated.json()["m"] == 4096  # FastAPI's reading: the last one

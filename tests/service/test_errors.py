@@ -39,6 +39,6 @@ def test_openapi_documents_every_endpoint_and_the_upload_document(client):
     assert {"ExchangeDocument", "RunRecord", "MeasurementRecord", "ErrorBody"} <= set(schema["components"]["schemas"])
     assert upload["security"] == [{"HTTPBearer": []}]
     dispatch = {p["name"]: p for p in schema["paths"]["/dispatch"]["get"]["parameters"]}
-    assert dispatch["m"]["schema"]["minimum"] == 1 and dispatch["m"]["schema"]["maximum"] == 2**31 - 1
+    assert dispatch["m"]["schema"]["minimum"] == 0 and dispatch["m"]["schema"]["maximum"] == 2**31 - 1
     assert "half" in dispatch["dtype"]["schema"]["enum"]
     assert client.get("/docs").status_code == 200

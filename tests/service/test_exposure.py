@@ -82,3 +82,25 @@ def test_an_unexpected_error_keeps_the_keep_alive_connection(settings, monkeypat
         connection.close()
     finally:
         server.stop()
+
+
+def test_healthz_with_the_database_down_shows_no_host_port_or_sql_without_the_token(settings, auth):
+    """A PostgreSQL server that is down: the driver's text names its host and port (and SQLAlchemy's
+    the SQL); only a caller with an upload token sees it."""
+    from fastapi.testclient import TestClient
+    from sqlalchemy import create_engine
+
+    app = create_app(settings)
+    with TestClient(app) as client:
+        app.state.engine = create_engine("postgresql+psycopg://tuner:secret@127.0.0.1:9/tuning",
+                                         connect_args={"connect_timeout": 2})
+        app.state.tables.engine = app.state.engine
+        app.state.tables.refresh(force=True)
+        public = client.get("/healthz")
+        private = client.get("/healthz", headers=auth).json()
+    body = public.json()
+    assert body["status"] == "degraded" and body["database"]["reachable"] is False
+    assert body["database"]["error"].startswith("OperationalError") and body["tables"]["last_error"].startswith("OperationalError")
+    for hidden in ("127.0.0.1", "port", "SQL", "SELECT", "tuner", "secret", "connection"):
+        assert hidden not in public.text, hidden
+    assert "127.0.0.1" in private["database"]["error"] and "127.0.0.1" in private["tables"]["last_error"]

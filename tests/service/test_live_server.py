@@ -37,7 +37,7 @@ def test_endpoints_answer_over_http(live_server):
 def test_upload_over_http(live_server, database_url):
     engine = make_engine(database_url)
     with Session(engine) as session:
-        document = export_runs(session, gpu_key="a100")
+        document = export_runs(session, gpu_key="h100")  # the fixture's a100 rows are H100 timings: implausible
     engine.dispose()
     with httpx.Client(base_url=live_server.base_url, timeout=30) as http:
         assert http.post("/runs", json=document).status_code == 401
@@ -77,7 +77,7 @@ def test_service_main_run_serves_until_stopped(database_url):
 
 
 def test_settings_travel_to_worker_processes_through_the_environment(monkeypatch, database_url):
-    settings = Settings(database_url=database_url, upload_token="tok", default_gpu="H100", max_m=4096, reload_interval_s=2.5)
+    settings = Settings(database_url=database_url, upload_token="tok-of-sixteen-chars", default_gpu="H100", max_m=4096, reload_interval_s=2.5)
     for name, value in settings_environment(settings).items():
         monkeypatch.setenv(name, value)
     again = Settings()

@@ -60,3 +60,20 @@ def test_table_errors_say_what_is_missing(client):
     assert bad.status_code == 422 and bad.json()["message"].startswith("path parameter 'dtype'")
     warm = client.get("/tables/h100/bf16", params={"timing_method": "warm"})
     assert warm.status_code == 404
+
+
+def test_a_table_says_which_table_answers_and_what_it_was_fitted_from(client, settings):
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    fitted = client.get("/tables/h100/bf16")
+    runs = fitted.json()["source_runs"]
+    assert fitted.headers["x-table-source"] == "database" and fitted.headers["x-table-source-runs"] == ",".join(map(str, runs))
+    assert fitted.headers["x-table-fitted-at"] == fitted.json()["created_at"]
+    summary = client.get("/gpus").json()[1]["tables"][0]
+    assert summary["source"] == "database" and summary["source_runs"] == runs
+    with TestClient(create_app(settings.model_copy(update={"shipped_tables": True}))) as with_shipped:
+        shipped = with_shipped.get("/tables/h200/bf16")
+        assert shipped.headers["x-table-source"] == "shipped"
+        assert shipped.headers["x-table-source-runs"] == ",".join(map(str, shipped.json()["source_runs"]))

@@ -1,0 +1,108 @@
+"""``warmup(gpu, dtypes)``: compile, before the first request, everything ``softmax()`` can need.
+
+A server's first calls must not pay a compile: every kernel instance the GPU's dispatch tables can
+pick (their candidates, read from the lookup's store; those the GPU runs) is built and loaded on the
+current device, a Triton instance once per bucket it specialises on (each power-of-two BLOCK of its
+N range, N aligned to 16 elements or not), and the native launch module is built for this torch
+(``kernels.native``). Everything lands in the on-disk caches as well (CuPy's and Triton's kernel
+caches, the native module's folder), so the next process finds it there.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from kernels.base import next_power_of_two
+
+TRITON_N_CAP = 1 << 17  # a Triton config without an N limit is specialised per alignment only: probe up to here
+Progress = Callable[[int, int, str], None]  # (done, total, what was just done)
+
+
+def _bucket_probes(n_min: int, n_max: int) -> list[int]:
+    """Row lengths that reach every bucket a Triton build specialises on within [n_min, n_max]:
+    per power-of-two BLOCK, one N that is a multiple of 16 and one that is not, where the range has them."""
+    probes = set()
+    block = next_power_of_two(n_min)
+    while block // 2 < n_max:
+        low, high = max(n_min, block // 2 + 1), min(n_max, block)
+        aligned = high - high % 16
+        probes.update(n for n in (aligned, high if high % 16 else high - 1) if low <= n <= high)
+        block *= 2
+    return sorted(n for n in probes if n >= 1)
+
+
+def _candidates(gpu: str, dtype: str) -> list[tuple[str, dict[str, Any], dict[str, int]]]:
+    """(variant, config, constraints) of every candidate of ``gpu``'s ``dtype`` table that it runs."""
+    from autotuner.lookup.gpu_models import gpu_spec, runnable_candidates
+    from autotuner.lookup.select import default_store
+
+    table = default_store().get(gpu, dtype)
+    if table is None:
+        return []
+    spec = gpu_spec(gpu)
+    runnable = runnable_candidates(table.candidates, table.gpu, spec) if spec else range(len(table.candidates))
+    return [(table.candidates[i]["variant"], dict(table.candidates[i]["config"]),
+             dict(table.candidates[i].get("constraints", {}))) for i in sorted(runnable)]
+
+
+def _warm_instance(variant: str, config: dict[str, Any], limits: dict[str, int], dtype: str) -> int:
+    """Build one instance (and launch it once per Triton bucket); the launches issued."""
+    import torch
+
+    from autotuner import runtime
+    from kernels import get_variant
+    from kernels.reference import random_input
+
+    n_min = max(1, limits.get("n_min", 1))
+    build = runtime.build_for(variant, config, dtype, n_min)
+    if get_variant(variant).backend != "triton":
+        return 0
+    probes = _bucket_probes(n_min, min(limits.get("n_max", TRITON_N_CAP), TRITON_N_CAP))
+    for n in probes:
+        x = random_input(1, n, dtype)
+        build.launch(x, torch.empty_like(x))
+    return len(probes)
+
+
+def warmup(gpu: str | None = None, dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16"),
+           progress: Progress | None = None, native: bool = True) -> dict[str, Any]:
+    """Compile every kernel instance the ``dtypes`` tables of ``gpu`` (default: the current
+    device's) can pick, and (``native``) build the native launch module; a report of what was
+    done, how long it took, and what failed (a candidate that does not build is reported, and
+    ``softmax()`` would replace it by torch.softmax, as it does at call time)."""
+    import torch
+
+    from autotuner import runtime
+    from kernels import native as native_loader
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("warmup needs a CUDA device (torch sees none)")
+    gpu = gpu or runtime._gpu_key(torch.cuda.current_device())
+    started = time.perf_counter()
+    report: dict[str, Any] = {"gpu": gpu, "dtypes": {}}
+    if native:
+        native_started = time.perf_counter()
+        try:
+            report["native"] = {"path": str(native_loader.build()), "ok": True}
+            native_loader.reset()
+        except native_loader.NativeBuildError as exc:
+            report["native"] = {"ok": False, "error": str(exc)[-2000:]}
+        report["native"]["seconds"] = round(time.perf_counter() - native_started, 2)
+    work = [(dtype, *candidate) for dtype in dtypes for candidate in _candidates(gpu, dtype)]
+    for dtype in dtypes:
+        report["dtypes"][dtype] = {"instances": 0, "triton_launches": 0, "failed": [], "seconds": 0.0}
+    for done, (dtype, variant, config, limits) in enumerate(work, 1):
+        entry = report["dtypes"][dtype]
+        item_started = time.perf_counter()
+        label = f"{dtype} {variant} {','.join(f'{k}={v}' for k, v in config.items())}"
+        try:
+            entry["triton_launches"] += _warm_instance(variant, config, limits, dtype)
+            entry["instances"] += 1
+        except Exception as exc:  # noqa: BLE001 - one candidate that fails to build must not stop the rest
+            entry["failed"].append(f"{label}: {type(exc).__name__}: {exc}")
+        entry["seconds"] = round(entry["seconds"] + time.perf_counter() - item_started, 2)
+        if progress is not None:
+            progress(done, len(work), label)
+    torch.cuda.synchronize()
+    report["seconds"] = round(time.perf_counter() - started, 2)
+    return report

@@ -1,0 +1,135 @@
+"""A fit never silently makes answers worse (autotuner/fit/guard.py): a worse or narrower table is not
+stored without --replace-worse, and measurements that contradict earlier ones are reported."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from sqlalchemy.orm import Session
+from typer.testing import CliRunner
+
+from autotuner.cli import app
+from autotuner.fit import guard
+from autotuner.lookup.select import load_table_file, shipped_table_files
+from db.engine import make_engine
+from db.queries import current_tables
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEP = ROOT / "tests" / "data" / "h100_sweep.json.gz"
+
+
+def shipped(key: str) -> dict:
+    path = next(p for p in shipped_table_files() if Path(p).stem == key)
+    return copy.deepcopy(load_table_file(path).document)
+
+
+def test_a_table_compared_with_itself_is_neither_worse_nor_narrower():
+    document = shipped("h100_bf16_cold")
+    result = guard.compare(document, document)
+    assert result.reasons == [] and result.geomean == 1.0 and result.priced == len(document["points"])
+
+
+def test_a_table_with_fewer_shapes_or_a_shorter_n_range_is_narrower():
+    today = shipped("h100_fp32_cold")
+    shorter = copy.deepcopy(today)
+    shorter["points"] = [p for p in today["points"] if p["n"] <= 262144]
+    reasons = guard.compare(shorter, today).reasons
+    assert any("narrower range" in reason and "N 1..262144 against" in reason for reason in reasons), reasons
+    sparser = copy.deepcopy(today)
+    extremes = {min(p["n"] for p in today["points"]), max(p["n"] for p in today["points"])}
+    sparser["points"] = [p for i, p in enumerate(today["points"]) if i % 2 or p["n"] in extremes or p["m"] == 1048576]
+    reasons = guard.compare(sparser, today).reasons
+    assert any(reason.startswith(f"narrower: {len(sparser['points'])} measured shapes against 440") for reason in reasons), reasons
+    assert not any("narrower range" in reason for reason in reasons), reasons
+
+
+def test_a_table_that_picks_slower_kernels_is_worse_and_names_the_shapes():
+    today = shipped("h100_bf16_cold")
+    worse = copy.deepcopy(today)
+    slowest = {}
+    for point in worse["points"]:  # make each shape's slowest measured candidate look fastest
+        measured = [i for i, t in enumerate(point["times"]) if t is not None]
+        chosen = max(measured, key=lambda i: point["times"][i])
+        slowest[(point["m"], point["n"])] = chosen
+        point["times"][chosen] = min(point["times"][i] for i in measured) / 2
+    result = guard.compare(worse, today)
+    assert result.geomean > 1.5 and any("answers slower" in reason for reason in result.reasons)
+    assert result.slower and " -> " in result.slower[0][1]
+    with pytest.raises(guard.WorseTableError, match="--replace-worse"):
+        guard.check_replacement(worse, guard.Incumbent(today, "the shipped table"))
+    assert guard.check_replacement(worse, guard.Incumbent(today, "x"), replace_worse=True).reasons
+
+
+def test_importing_the_classic_sweep_then_fitting_keeps_the_shipped_h100_answers(tmp_path):
+    """The README step of issue 31: without the guard it replaced the shipped H100 tables with 137-141-shape
+    ones (bf16 1x1048576 cuda_long_split 9.3 us -> cuda_online_two_pass 88.8 us)."""
+    database = str(tmp_path / "t.sqlite")
+    runner = CliRunner()
+    assert runner.invoke(app, ["import", str(SWEEP), "--db", database]).exit_code == 0
+    refused = runner.invoke(app, ["fit", "--gpu", "h100", "--dtype", "bf16", "--db", database])
+    assert refused.exit_code == 1, refused.output
+    text = " ".join(refused.output.split())
+    assert "h100/bf16/cold: not stored, the shipped table h100_bf16_cold.json keeps answering" in text
+    assert "narrower: 141 measured shapes against 486 today" in text and "--replace-worse" in text
+    engine = make_engine(database, create=False)
+    with Session(engine) as session:
+        assert current_tables(session, "h100") == []
+    engine.dispose()
+    answer = json.loads(runner.invoke(app, ["select", "1", "1048576", "bf16", "--gpu", "h100", "--db", database]).output)
+    assert answer["variant"] == "cuda_long_split" and answer["table"]["origin"] == "shipped:h100_bf16_cold.json"
+
+    forced = runner.invoke(app, ["fit", "--gpu", "h100", "--dtype", "bf16", "--db", database, "--replace-worse"])
+    assert forced.exit_code == 0, forced.output
+    answer = json.loads(runner.invoke(app, ["select", "1", "1048576", "bf16", "--gpu", "h100", "--db", database]).output)
+    assert answer["table"]["origin"] == "database" and answer["table"]["source_runs"]
+    listing = json.loads(runner.invoke(app, ["tables", "--json", "--db", database]).output)
+    answering = {row["origin"] for row in listing if row["gpu"] == "h100" and row["dtype"] == "bf16" and row["answers"]}
+    assert answering == {"database"}
+    # the database's table now answers, and a refit from the same runs is not worse than it
+    again = runner.invoke(app, ["fit", "--gpu", "h100", "--dtype", "bf16", "--db", database])
+    assert again.exit_code == 0 and "refused" not in again.output, again.output
+
+
+def row(run: int, median: float, p20: float | None = None, p80: float | None = None, m: int = 8, status: str = "ok"):
+    measurement = SimpleNamespace(status=status, median_us=median, p20_us=p20, p80_us=p80, m=m, n=1024, dtype="bf16")
+    return measurement, SimpleNamespace(id=1, variant="cuda_x", config_key="a=1"), SimpleNamespace(id=run)
+
+
+def test_a_newest_time_far_outside_an_earlier_runs_spread_is_a_contradiction():
+    rows = [row(3, 100.0, 95.0, 105.0), row(2, 10.0, 9.5, 10.5), row(1, 101.0, 99.0, 103.0)]
+    found = guard.contradictions(rows)
+    assert [str(c) for c in found] == ["8x1024 cuda_x[a=1]: 100 us in run 3 against 10 us in run 2"]
+
+
+def test_times_within_their_spread_or_of_failed_rows_are_no_contradiction():
+    assert guard.contradictions([row(3, 14.0, 10.0, 20.0), row(2, 10.0, 8.0, 12.0)]) == []  # 10/12 < 1.5
+    assert guard.contradictions([row(3, 100.0), row(2, 10.0, status="wrong")]) == []
+    assert guard.contradictions([row(3, 100.0, m=8), row(2, 10.0, m=16)]) == []  # other shapes
+
+
+def test_fit_lists_newest_measurements_that_contradict_an_earlier_run(tmp_path):
+    import gzip
+
+    with gzip.open(SWEEP, "rt") as handle:
+        first = json.load(handle)["runs"][0]
+    rerun = copy.deepcopy(first)
+    rerun.update(started_at="2030-01-01T00:00:00Z", finished_at=None, host="another-host")
+    slowed = [row for row in rerun["measurements"] if row["status"] == "ok" and row["dtype"] == "bf16"][:7]
+    for row in slowed:  # three times slower, far beyond either run's p20-p80 spread
+        for name in ("median_us", "p20_us", "p80_us"):
+            row[name] *= 3
+        row["gbps"] /= 3
+    document = tmp_path / "runs.json"
+    document.write_text(json.dumps({"format_version": 1, "runs": [first, rerun]}))
+    database = str(tmp_path / "t.sqlite")
+    runner = CliRunner()
+    assert runner.invoke(app, ["import", str(document), "--db", database]).exit_code == 0
+    result = runner.invoke(app, ["fit", "--gpu", "h100", "--dtype", "bf16", "--db", database, "--replace-worse"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    assert "warning: h100/bf16/cold: 7 newest measurement(s) differ from an earlier run's of the same shape" in text
+    row = slowed[0]
+    assert f"{row['m']}x{row['n']} " in text and "(and 2 more)" in text

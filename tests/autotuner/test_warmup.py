@@ -1,0 +1,36 @@
+"""Warm-up without a GPU: which instances it would compile (every candidate of the GPU's tables that it
+runs), which row lengths reach every Triton bucket, and the CLI's clear error where no GPU is present."""
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from autotuner.cli import app
+from autotuner.lookup.select import default_store
+from autotuner.runtime_warmup import _bucket_probes, _candidates
+
+
+def test_bucket_probes_reach_every_block_and_alignment_of_the_range():
+    assert _bucket_probes(1, 64) == [1, 2, 4, 8, 15, 16, 31, 32, 63, 64]
+    assert _bucket_probes(2049, 8192) == [4095, 4096, 8191, 8192]  # (2048, 4096] and (4096, 8192], both alignments
+    assert _bucket_probes(5, 5) == [5]
+    for n_min, n_max in ((1, 1024), (300, 70000), (4097, 4100)):
+        probes = _bucket_probes(n_min, n_max)
+        assert all(n_min <= n <= n_max for n in probes)
+        buckets = {(1 << (n - 1).bit_length(), n % 16 == 0, n == 1) for n in range(n_min, n_max + 1)}
+        assert {(1 << (n - 1).bit_length(), n % 16 == 0, n == 1) for n in probes} == buckets
+
+
+def test_candidates_are_every_instance_of_the_gpus_tables():
+    for dtype in ("fp32", "fp16", "bf16"):
+        table = default_store().get("h100", dtype)
+        got = _candidates("h100", dtype)
+        assert [(v, c) for v, c, _ in got] == [(c["variant"], c["config"]) for c in table.candidates]
+    assert _candidates("no_such_gpu", "fp16") == []
+
+
+def test_warmup_without_a_gpu_is_one_clear_line():
+    result = CliRunner().invoke(app, ["warmup", "--dtype", "fp16", "--no-native"])
+    assert result.exit_code == 1
+    assert "warmup needs a CUDA device" in result.output
+    bad = CliRunner().invoke(app, ["warmup", "--dtype", "fp64"])
+    assert bad.exit_code == 2 and "unknown dtype 'fp64'" in bad.output
