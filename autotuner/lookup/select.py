@@ -207,7 +207,7 @@ class TableStore:
         gpu_key = (_gpu_keys.get(gpu) or _gpu_key(gpu)) if gpu else (current_gpu_key() or "unknown")
         own = self._tables.get((gpu_key, dtype, method))  # the usual case, one call shorter
         if own is not None:
-            return self._answer(own, gpu_key, m, n, "table")
+            return self._answer(own, gpu_key, m, n, "predicted" if is_predicted(own) else "table")
         return self._choose(m, n, dtype, gpu_key, method, allow_fallback)
 
     def _choose(self, m: int, n: int, dtype: str, gpu_key: str, method: str, allow_fallback: bool) -> KernelChoice:
