@@ -52,7 +52,7 @@ _NAN = float("nan")
 def index_document(document: Mapping[str, Any]) -> dict[str, Any]:
     """``document`` (format 1 or 2) in format 2 with its decision index (built afresh)."""
     rule = RuleTable({**document, "format_version": 1})
-    builder = _Builder(rule)
+    builder = IndexBuilder(rule)
     return {**document, "format_version": FORMAT_VERSION, "index": builder.index()}
 
 
@@ -74,7 +74,7 @@ def views_of(rule: RuleTable) -> list[frozenset[int]]:
     return views
 
 
-class _Builder:
+class IndexBuilder:
     """The rule's answers over the domain, as :func:`index_document` describes."""
 
     def __init__(self, rule: RuleTable):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from typing import Any, Mapping
+from typing import Any, Mapping, NoReturn
 
 from rich.console import Console
 from sqlalchemy.orm import Session
@@ -81,19 +81,19 @@ def main(argv: list[str] | None = None) -> int:
         try:
             engine = reader_engine(path)
         except DatabaseError as exc:
-            return _fail(str(exc))
+            _fail(str(exc))
         if engine is None:
-            return _fail(f"{path} is an empty database")
+            _fail(f"{path} is an empty database")
         try:
             with Session(engine) as session:
                 if gpu is None:
                     keys = [g.key for g in queries.list_gpus(session)]
                     if len(keys) != 1:
-                        return _fail(f"{path} holds GPUs {keys}; name one with --gpu")
+                        _fail(f"{path} holds GPUs {keys}; name one with --gpu")
                     gpu = keys[0]
                 timings.append(full_times(session, gpu, args.method))
         except DatabaseError as exc:
-            return _fail(str(exc))
+            _fail(str(exc))
     result = compare(*timings)
     out = Console(highlight=False, emoji=False, markup=False)
     out.print(f"{gpu} {args.method}: {result['pairs']} pairs, median spread {result['median_spread']}, "
@@ -104,10 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _fail(message: str) -> int:
-    """A one-line error on stderr (no traceback) and exit status 1."""
+def _fail(message: str) -> NoReturn:
+    """A one-line error on stderr (no traceback) and exit status 2, as argparse gives a bad argument."""
     sys.stderr.write(f"python -m autotuner.report.spread: error: {message}\n")
-    return 1
+    raise SystemExit(2)
 
 
 if __name__ == "__main__":

@@ -16,14 +16,14 @@ import math
 import random
 
 from autotuner.fit import model as scaling
-from autotuner.fit.index import _Builder
+from autotuner.fit.index import IndexBuilder
 from autotuner.fit.rule import RuleTable
 from autotuner.lookup.select import load_shipped_tables
 
 
 def agreement(table, shapes: int, seed: int = 1) -> dict:  # noqa: ANN001
     rule = RuleTable(table.document)
-    builder = _Builder(rule)
+    builder = IndexBuilder(rule)
     rng = random.Random(seed)
     same, ratios, unpriced, errors = 0, [], 0, []
     for _ in range(shapes):

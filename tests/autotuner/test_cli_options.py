@@ -90,6 +90,6 @@ def test_spread_with_a_bad_path_is_one_line(tmp_path, paths, message):
     args = [p.format(dir=tmp_path) for p in paths]
     result = subprocess.run([sys.executable, "-m", "autotuner.report.spread", *args], capture_output=True, text=True,
                             cwd=ROOT, timeout=120)
-    assert result.returncode == 1 and result.stdout == ""
+    assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip().splitlines() == [f"python -m autotuner.report.spread: error: {message.format(dir=tmp_path)}"]
     assert not Path("/nonexistent/a.sqlite").exists()
