@@ -199,3 +199,21 @@ def test_predict_refuses_bad_flags_naming_what_is_accepted(args, named):
 
     result = CliRunner().invoke(app, ["predict", *args])
     assert result.exit_code == 2 and named in result.output, result.output
+
+
+def test_predict_all_means_the_shipped_models(monkeypatch, tmp_path):
+    """``autotuner predict --all`` (``regenerate`` without GPUs) writes PREDICTED_MODELS' tables only,
+    less any of them with recordings of its own; the heavy parts are replaced by recorders."""
+    from autotuner.fit import predict_score
+
+    written = {}
+    h100 = Sample("h100", "bf16", "k", "", 1, 64, 5.0, Resources())
+    l4 = Sample("l4", "bf16", "k", "", 1, 64, 5.0, Resources())
+    for samples, expected in (([h100], list(PREDICTED_MODELS)), ([h100, l4], [g for g in PREDICTED_MODELS if g != "l4"])):
+        monkeypatch.setattr(predict_score, "load_samples", lambda paths, s=samples: s)
+        monkeypatch.setattr(predict_score, "leave_one_gpu_out", lambda samples, dtypes: {})
+        monkeypatch.setattr(predict_score, "fit_model", lambda samples, specs: None)
+        monkeypatch.setattr(predict_score, "write_predicted_tables",
+                            lambda samples, folder, targets, dtypes, regret, model: written.update(targets=targets) or [])
+        predict_score.regenerate(tmp_path, tmp_path, None, ("bf16",), [])
+        assert written["targets"] == expected
