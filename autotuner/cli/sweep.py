@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from contextlib import ExitStack
 from typing import Annotated, Callable, Literal, Optional
 
@@ -143,6 +144,7 @@ def sweep(
     budget: Annotated[Optional[str], typer.Option(help="Stop after this wall time (90s, 10m, 1h); shapes go coarse to fine.")] = None,
     lease: Annotated[float, typer.Option(help="Seconds a shape stays claimed by a sweeper that stopped renewing (died on another host) before others take it over.", min=1.0)] = 600.0,
     retime_unstable: Annotated[Optional[float], typer.Option("--retime-unstable", min=1.0, help="Also measure again stored rows whose p80 exceeds this multiple of their p20, or that are over 3x the same kernel's time at a larger shape (disturbed timings; 2 is the measurer's own limit). Fits use the newest row.")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Start from this GPU's predicted table (autotuner predict): measure its pick and runners-up where it is least sure, then refit (default budget 5m).")] = False,
     recopy: Annotated[bool, typer.Option("--recopy", help="Also measure every shape's copy reference again (the speed of light reports divide by; they read the newest).")] = False,
     measurer: Annotated[str, typer.Option(hidden=True, help="Tests: worker measurer factory, module:attribute.")] = REAL_MEASURER,
     setup: Annotated[Optional[list[str]], typer.Option(hidden=True, help="Tests: module:function run in the sweep process and each worker first.")] = None,
@@ -156,17 +158,20 @@ def sweep(
     from autotuner.tune.progress import SweepProgress
     from autotuner.tune.sampling import COARSE_M, COARSE_N, DEFAULT_DOMAIN_BUDGET_S, coarse_shapes, describe_estimate, estimate_seconds
     from autotuner.report.heldout import all_held_out_shapes
-    from autotuner.tune.strategy import DomainStrategy, FixedGrid, every_candidate, run_strategy, winner_or_peer_regret
+    from autotuner.fit.quick import QUICK_BUDGET_S, label, predictions_of, starting_predictions
+    from autotuner.tune.strategy import DomainStrategy, FixedGrid, QuickStrategy, every_candidate, run_strategy, winner_or_peer_regret
     from autotuner.tune.sweep import Sweep, plan, usable_variants
     from autotuner.tune.worker import WorkerRunner, resolve_hook
     from kernels import all_variants
 
     timing_method = resolve_method(method, l2, timing)
-    kind = choose_grid(grid, m, n)
+    if quick and (grid or m or n):
+        raise UserError("--quick chooses its own shapes from the predicted table: drop --grid/--m/--n", code=2)
+    kind = "quick" if quick else choose_grid(grid, m, n)
     ms = grids.parse_int_list(m, "--m") if m else list(grids.DEFAULT_M)
     ns = grids.parse_int_list(n, "--n") if n else list(grids.DEFAULT_N)
     dtypes = grids.parse_dtypes(dtype)
-    budget_s = parse_duration(budget) if budget else (DEFAULT_DOMAIN_BUDGET_S if kind == "domain" else None)
+    budget_s = parse_duration(budget) if budget else {"domain": DEFAULT_DOMAIN_BUDGET_S, "quick": QUICK_BUDGET_S}.get(kind)
     if lease <= item_timeout:
         raise UserError(f"--lease {lease:g} must exceed --item-timeout {item_timeout:g}: a claim is renewed once per item", code=2)
     hooks = list(setup or [])
@@ -183,7 +188,16 @@ def sweep(
         console.print(f"[yellow]skipping[/yellow] {name}: {reason}", highlight=False)
     if not variants:
         raise UserError("no variant can run on this machine (see the reasons above)")
-    if kind == "domain":
+    if kind == "quick":
+        try:
+            predicted = starting_predictions(gpu_info.key, dtypes)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        strategy = QuickStrategy({shape: times for document in predicted.values()
+                                  for shape, times in predictions_of(document).items()})
+        candidates = every_candidate(variants)
+        described = {"strategy": "quick", "dtypes": sorted(dtypes)}
+    elif kind == "domain":
         strategy = DomainStrategy(coarse=coarse_shapes(dtypes), avoid=all_held_out_shapes(dtypes),
                                   error=winner_or_peer_regret())  # issue 30: also where a peer beats ours
         candidates = every_candidate(variants)
@@ -206,14 +220,22 @@ def sweep(
         def announce(round_number: int, items: list) -> None:
             shapes = len({item.shape_key for item in items})
             what = "coarse lattice" if kind == "domain" and round_number == 0 else (
-                f"refinement round {round_number}" if kind == "domain" else "grid")
+                f"refinement round {round_number}" if kind == "domain" else
+                f"quick round {round_number + 1}" if kind == "quick" else "grid")
             progress.console.print(f"{what}: {shapes} shapes, {len(items)} items; "
-                                   f"{describe_estimate(estimate_seconds(items, kind), len(items), len(device_list))}",
+                                   f"{describe_estimate(estimate_seconds(items, 'classic' if kind == 'classic' else 'domain'), len(items), len(device_list))}",
                                    highlight=False)
             progress.grow(len(items))
 
-        summaries = run_strategy(runner_sweep, runners, strategy, lambda shapes: plan(variants, shapes)[1],
+        def plan_items(shapes: list) -> list:  # a quick sweep measures only the candidates its strategy names
+            items = plan(variants, shapes)[1]
+            return items if kind != "quick" else [item for item in items if item.kind == "copy" or label(
+                item.variant, item.config_key) in strategy.candidates_at(item.shape_key)]
+
+        started = time.monotonic()
+        summaries = run_strategy(runner_sweep, runners, strategy, plan_items,
                                  progress=progress.update, budget_s=budget_s, on_round=announce)
+        swept_s = time.monotonic() - started
     by_status: dict[str, int] = {}
     for summary in summaries:
         for key, count in summary.by_status.items():
@@ -221,7 +243,27 @@ def sweep(
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(by_status.items())) or "nothing new"
     console.print(f"run {runner_sweep.run_id}: measured {sum(s.measured for s in summaries)} ({statuses}); "
                   f"{sum(s.skipped_existing for s in summaries)} already in the database; {len(summaries)} round(s); "
-                  f"worker restarts {sum(r.restarts for r in runners)}", highlight=False)
+                  f"worker restarts {sum(r.restarts for r in runners)}; {swept_s:.0f} s", highlight=False)
+    if kind == "quick":
+        _refit_quick(engine, gpu_info.key, predicted, timing_method)
+
+
+def _refit_quick(engine, gpu_key: str, predicted: dict, timing_method: str) -> None:  # noqa: ANN001 - Engine
+    """Store each dtype's quick-sweep table (``autotuner/fit/quick.py``) as the GPU's current table."""
+    from sqlalchemy.orm import Session
+
+    from autotuner.fit.fit import FitError
+    from autotuner.fit.quick import refit_after_quick
+
+    for dtype, document in predicted.items():
+        with Session(engine, expire_on_commit=False) as session, session.begin():
+            try:
+                table = refit_after_quick(session, gpu_key, document, timing_method)
+            except FitError as exc:
+                console.print(f"[yellow]{exc}[/yellow]: {gpu_key}/{dtype} keeps its predicted table", highlight=False)
+                continue
+        console.print(f"{gpu_key}/{dtype}: quick-sweep table stored ({table['measured_shapes']} shapes measured, "
+                      f"{len(table['candidates'])} candidates)", highlight=False)
 
 
 @command()

@@ -58,9 +58,12 @@ def index_document(document: Mapping[str, Any]) -> dict[str, Any]:
 
 def views_of(rule: RuleTable) -> list[frozenset[int]]:
     """The candidate sets to answer among: all, then each set a listed GPU that may read this table
-    (its own model, or one of the same or a newer compute capability) runs, if not all."""
+    (its own model, or one of the same or a newer compute capability) runs, if not all. A predicted
+    table (``autotuner/fit/predict_table.py``) is read by its own GPU alone, which runs all of it."""
     everyone = frozenset(range(len(rule.candidates)))
     views = [everyone]
+    if rule.document.get("source") == "predicted":
+        return views
     own = GPU_MODELS.get(rule.gpu)
     for spec in GPU_MODELS.values():
         if own is not None and spec.compute_capability < own.compute_capability:

@@ -1,36 +1,50 @@
-"""What the lookup knows about GPU models it may answer for: architecture and on-chip limits.
+"""What the lookup knows about GPU models it may answer for: architecture, on-chip limits and the
+figures a performance model scales with (``autotuner/fit/perfmodel.py``).
 
 Pure data, no GPU library. Keys are ``autotuner.lookup.gpu.normalize_gpu_name``'s. A kernel is offered to a
 GPU only if the GPU meets every requirement the table's candidate carries (``kernels.base.Variant.
 requirements``: ``min_arch``, ``smem_per_block``, ``cluster``): :func:`runs_on`.
 
-Sources (per model, the SXM / flagship part unless the key says otherwise):
-- compute capability, shared memory per SM and the opt-in maximum per block: CUDA C++ Programming
-  Guide, "Features and Technical Specifications", table "Technical Specifications per Compute
-  Capability" (8.0: 164 KB / 163 KB; 8.6 and 8.9: 100 KB / 99 KB; 9.0 and 10.0: 228 KB / 227 KB);
-  thread-block clusters from 9.0, 8 blocks portable, 16 where the non-portable size is allowed
-  (CUDA Programming Guide, "Thread Block Clusters"; H100/H200 allow 16 ("NVIDIA Hopper Tuning
-  Guide"); not assumed for other models).
-- SM count, L2 and memory bandwidth: NVIDIA's whitepapers and datasheets: "NVIDIA A100 Tensor Core
-  GPU Architecture" (108 SMs, 40 MB L2) and the A100 80GB datasheet (2039 GB/s SXM, 1935 GB/s
-  PCIe); "NVIDIA Ampere GA102 GPU Architecture" and the A10 datasheet (72 SMs, 6 MB, 600 GB/s);
-  "NVIDIA Ada GPU Architecture" with the L4 (58 SMs, 48 MB, 300 GB/s), L40S (142 SMs, 96 MB,
-  864 GB/s), L40 (142 SMs, 96 MB, 864 GB/s) and RTX 4090 (128 SMs, 72 MB, 1008 GB/s) datasheets;
-  "NVIDIA H100 Tensor Core GPU Architecture" and the H100 datasheet (SXM5 132 SMs, PCIe 114 SMs,
-  50 MB L2, 3350 / 2000 GB/s); the H200 datasheet (132 SMs as H100 SXM, 4800 GB/s); GH200 datasheet
-  (H100-class GPU, 132 SMs, 4000 GB/s HBM3); H100 NVL (132 SMs, 3900 GB/s), H800 and A800 (the
-H100 SXM5 and A100 80GB SXM with other interconnects) from their datasheets; B200: 148 SMs and 126 MB L2 as measured by Chips and
-  Cheese ("Nvidia's B200: Keeping the CUDA Juggernaut Rolling"), 8000 GB/s from the DGX B200
-  datasheet. Bandwidths are the datasheets' peaks, not achieved figures.
+Sources. Per compute capability (``ARCH_LIMITS``), the CUDA C++ Programming Guide, "Features and
+Technical Specifications", table "Technical Specifications per Compute Capability": shared memory
+per SM and the opt-in maximum per block (8.0: 164 KB / 163 KB; 8.6 and 8.9: 100 KB / 99 KB; 9.0 and
+10.0: 228 KB / 227 KB), 64 K 32-bit registers per SM, resident threads per SM (2048; 1536 on 8.6 and
+8.9) and blocks per SM (32; 16 on 8.6, 24 on 8.9); thread-block clusters from 9.0, 8 blocks
+portable, 16 where the non-portable size is allowed (CUDA Programming Guide, "Thread Block
+Clusters"; H100/H200 allow 16 ("NVIDIA Hopper Tuning Guide"); not assumed for other models). Per
+model, the document named in its ``source`` (the SXM / flagship part unless the key says
+otherwise): SM count, L2, memory size, peak DRAM bandwidth (the datasheets' peaks, not achieved
+figures) and boost clock.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 KB = 1024
 MB = 1024 * 1024
+GB = 1000 ** 3  # datasheets' memory sizes are decimal gigabytes
+
+
+@dataclass(frozen=True)
+class ArchLimits:
+    """Per-SM limits of one compute capability (Programming Guide table, see the module docstring)."""
+    smem_per_sm: int  # bytes
+    smem_per_block: int  # bytes: the opt-in maximum one block may use
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    registers_per_sm: int = 65536
+    max_cluster: int = 0  # blocks per thread-block cluster (portable size); 0: no clusters
+
+
+ARCH_LIMITS: Mapping[int, ArchLimits] = {
+    80: ArchLimits(164 * KB, 163 * KB, 2048, 32),
+    86: ArchLimits(100 * KB, 99 * KB, 1536, 16),
+    89: ArchLimits(100 * KB, 99 * KB, 1536, 24),
+    90: ArchLimits(228 * KB, 227 * KB, 2048, 32, max_cluster=8),
+    100: ArchLimits(228 * KB, 227 * KB, 2048, 32, max_cluster=8),
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,12 @@ class GpuSpec:
     l2_bytes: int
     bandwidth_gbps: float  # peak DRAM bandwidth, GB/s
     max_cluster: int = 0  # blocks per thread-block cluster; 0: no clusters
+    registers_per_sm: int = 65536
+    max_threads_per_sm: int = 2048
+    max_blocks_per_sm: int = 32
+    boost_clock_mhz: int = 0
+    memory_bytes: int = 0
+    source: str = ""
 
     @property
     def architecture(self) -> int:
@@ -50,35 +70,39 @@ class GpuSpec:
         return self.compute_capability // 10
 
 
-def _ampere(key: str, sms: int, l2_mb: int, bandwidth: float) -> GpuSpec:
-    return GpuSpec(key, 80, sms, 164 * KB, 163 * KB, l2_mb * MB, bandwidth)
+def _model(key: str, cc: int, sms: int, l2_mb: int, bandwidth: float, clock_mhz: int, memory_gb: int,
+           source: str, max_cluster: int | None = None) -> GpuSpec:
+    limits = ARCH_LIMITS[cc]
+    return GpuSpec(key, cc, sms, limits.smem_per_sm, limits.smem_per_block, l2_mb * MB, bandwidth,
+                   limits.max_cluster if max_cluster is None else max_cluster, limits.registers_per_sm,
+                   limits.max_threads_per_sm, limits.max_blocks_per_sm, clock_mhz, memory_gb * GB, source)
 
 
-def _small_smem(key: str, cc: int, sms: int, l2_mb: int, bandwidth: float) -> GpuSpec:
-    """sm_86 / sm_89: 100 KB of shared memory per SM, 99 KB per block."""
-    return GpuSpec(key, cc, sms, 100 * KB, 99 * KB, l2_mb * MB, bandwidth)
-
-
-def _hopper(key: str, sms: int, bandwidth: float, max_cluster: int = 16) -> GpuSpec:
-    return GpuSpec(key, 90, sms, 228 * KB, 227 * KB, 50 * MB, bandwidth, max_cluster)
-
+_A100 = "NVIDIA A100 Tensor Core GPU Architecture whitepaper (108 SMs, 40 MB L2, 1410 MHz) and A100 datasheet"
+_GA102 = "NVIDIA Ampere GA102 GPU Architecture whitepaper and A10 datasheet"
+_ADA = "NVIDIA Ada GPU Architecture whitepaper and"
+_HOPPER = "NVIDIA H100 Tensor Core GPU Architecture whitepaper (50 MB L2) and"
 
 GPU_MODELS: Mapping[str, GpuSpec] = {spec.key: spec for spec in (
-    _ampere("a100", 108, 40, 2039.0),
-    _ampere("a100-pcie", 108, 40, 1935.0),
-    _small_smem("a10", 86, 72, 6, 600.0),
-    _small_smem("l4", 89, 58, 48, 300.0),
-    _small_smem("l40", 89, 142, 96, 864.0),
-    _small_smem("l40s", 89, 142, 96, 864.0),
-    _small_smem("rtx4090", 89, 128, 72, 1008.0),
-    _hopper("h100", 132, 3350.0),
-    _hopper("h100-pcie", 114, 2000.0),
-    _hopper("h200", 132, 4800.0),
-    _hopper("gh200", 132, 4000.0),
-    _hopper("h100-nvl", 132, 3900.0),
-    _hopper("h800", 132, 3350.0),
-    _ampere("a800", 108, 40, 2039.0),
-    GpuSpec("b200", 100, 148, 228 * KB, 227 * KB, 126 * MB, 8000.0, max_cluster=8),
+    _model("a100", 80, 108, 40, 2039.0, 1410, 80, f"{_A100} (80GB SXM: 2039 GB/s)"),
+    _model("a100-pcie", 80, 108, 40, 1935.0, 1410, 80, f"{_A100} (80GB PCIe: 1935 GB/s)"),
+    _model("a800", 80, 108, 40, 2039.0, 1410, 80, f"A800 80GB datasheet (the A100 80GB SXM with another interconnect); {_A100}"),
+    _model("a10", 86, 72, 6, 600.0, 1695, 24, f"{_GA102} (72 SMs, 6 MB L2, 600 GB/s, 1695 MHz, 24 GB)"),
+    _model("l4", 89, 58, 48, 300.0, 2040, 24, f"{_ADA} L4 datasheet (58 SMs, 48 MB L2, 300 GB/s, 2040 MHz, 24 GB)"),
+    _model("l40", 89, 142, 96, 864.0, 2490, 48, f"{_ADA} L40 datasheet (142 SMs, 96 MB L2, 864 GB/s, 2490 MHz, 48 GB)"),
+    _model("l40s", 89, 142, 96, 864.0, 2520, 48, f"{_ADA} L40S datasheet (142 SMs, 96 MB L2, 864 GB/s, 2520 MHz, 48 GB)"),
+    _model("rtx4090", 89, 128, 72, 1008.0, 2520, 24,
+           f"{_ADA} GeForce RTX 4090 specifications (128 SMs, 72 MB L2, 1008 GB/s, 2520 MHz, 24 GB)"),
+    _model("h100", 90, 132, 50, 3350.0, 1980, 80, f"{_HOPPER} H100 datasheet (SXM5: 132 SMs, 3350 GB/s, 1980 MHz, 80 GB)", 16),
+    _model("h100-pcie", 90, 114, 50, 2000.0, 1755, 80, f"{_HOPPER} H100 datasheet (PCIe: 114 SMs, 2000 GB/s, 1755 MHz, 80 GB)", 16),
+    _model("h100-nvl", 90, 132, 50, 3900.0, 1785, 94, f"{_HOPPER} H100 NVL datasheet (132 SMs, 3900 GB/s, 1785 MHz, 94 GB)", 16),
+    _model("h800", 90, 132, 50, 3350.0, 1980, 80, f"{_HOPPER} H800 datasheet (the H100 SXM5 with another interconnect)", 16),
+    _model("h200", 90, 132, 60, 4800.0, 1980, 141,
+           f"{_HOPPER} H200 datasheet (132 SMs as H100 SXM, 4800 GB/s, 141 GB; 60 MB L2 as the device reports it)", 16),
+    _model("gh200", 90, 132, 50, 4000.0, 1980, 96, f"{_HOPPER} GH200 datasheet (H100-class GPU, 132 SMs, 4000 GB/s HBM3, 96 GB)", 16),
+    _model("b200", 100, 148, 126, 8000.0, 1965, 180,
+           "Chips and Cheese, \"Nvidia's B200: Keeping the CUDA Juggernaut Rolling\" (148 SMs, 126 MB L2, 1965 MHz); "
+           "DGX B200 datasheet (8000 GB/s and 1440 GB over 8 GPUs)"),
 )}
 
 
@@ -94,6 +118,14 @@ def runs_on(requirements: Mapping[str, int], spec: GpuSpec) -> bool:
         return False
     cluster = requirements.get("cluster", 0)
     return cluster <= 1 or cluster <= spec.max_cluster
+
+
+def same_specs(target: GpuSpec, available: Sequence[str]) -> list[str]:
+    """The models of ``available`` whose every figure equals ``target``'s (its key and source aside:
+    the A800 is the A100 80GB SXM with another interconnect), so a table predicted for one is the
+    other's prediction too."""
+    return [k for k in available if k != target.key and k in GPU_MODELS
+            and replace(GPU_MODELS[k], key=target.key, source=target.source) == target]
 
 
 def donor_order(target: GpuSpec, available: list[str]) -> list[str]:

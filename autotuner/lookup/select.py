@@ -4,7 +4,10 @@ Imports neither torch nor CuPy. Tables come from the package's shipped JSON (``a
 and, where a tuning database exists, its current fitted tables, which take precedence. Answers are
 cached per (m, n, dtype, gpu, method): a warm lookup is one dict probe.
 
-Which table answers: the GPU's own table, and only it, where it has one. A GPU without a table is
+Which table answers: the GPU's own table, and only it, where it has one; a table predicted for a GPU
+never measured (``autotuner predict``, ``source`` "predicted") is its own table until a measured table
+of the same key replaces it, and answers for no other GPU but a model of the very same specs
+(``gpu_models.same_specs``: the A800 reads the A100's). A GPU without a table is
 answered, with a warning, from the table of the nearest model of the same or an older architecture
 (``gpu_models.donor_order``), offering only the kernels this GPU runs (``gpu_models.runs_on``); a
 GPU without a table and without such a model (or of a model ``gpu_models`` does not list) gets
@@ -28,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from autotuner.domain import MAX_DIM
 from autotuner.lookup.gpu import current_gpu_key, validate_gpu_key
-from autotuner.lookup.gpu_models import GPU_MODELS, donor_order, gpu_spec, runnable_candidates
+from autotuner.lookup.gpu_models import GPU_MODELS, donor_order, gpu_spec, runnable_candidates, same_specs
 from autotuner.lookup.table import CONVERT_COMMAND, DispatchTable, TableFormatError
 from kernels.base import DTYPE_ALIASES, normalize_dtype
 
@@ -77,9 +80,9 @@ class KernelChoice:
     predicted_us: float | None
     gpu: str
     dtype: str
-    source: str  # "table" | "model" | "nearest-gpu:<key>" | "nearest-gpu:<key>/model" | "fallback"
+    source: str  # "table" | "model" | "predicted" | "predicted/model" | "nearest-gpu:<key>" | ".../model" | "fallback"
     exact: bool = False  # the shape itself was measured
-    reason: str = ""  # for "fallback" and "nearest-gpu:*": why, in words
+    reason: str = ""  # for "fallback", "nearest-gpu:*" and a twin model's prediction: why, in words
 
     @property
     def config(self) -> dict[str, Any]:
@@ -208,14 +211,14 @@ class TableStore:
         gpu_key = (_gpu_keys.get(gpu) or _gpu_key(gpu)) if gpu else (current_gpu_key() or "unknown")
         own = self._tables.get((gpu_key, dtype, method))  # the usual case, one call shorter
         if own is not None:
-            return self._answer(own, gpu_key, m, n, "table")
+            return self._answer(own, gpu_key, m, n, "predicted" if is_predicted(own) else "table")
         return self._choose(m, n, dtype, gpu_key, method, allow_fallback)
 
     def _choose(self, m: int, n: int, dtype: str, gpu_key: str, method: str, allow_fallback: bool) -> KernelChoice:
         """The choice for canonical names: the GPU's own table, then the fallbacks in order."""
         own = self._table((gpu_key, dtype, method))
         if own is not None:  # never another GPU's table where this GPU has its own
-            return self._answer(own, gpu_key, m, n, "table")
+            return self._answer(own, gpu_key, m, n, "predicted" if is_predicted(own) else "table")
         if not allow_fallback:
             raise UnknownGpuError(gpu_key, self.gpus())
         spec = gpu_spec(gpu_key)
@@ -224,7 +227,14 @@ class TableStore:
             known = sorted(set(GPU_MODELS) | set(self.gpus()))
             warnings.warn(f"GPU {gpu_key!r} is not a model the lookup knows (known: {', '.join(known)}): "
                           f"answering {FALLBACK_VARIANT}", RuntimeWarning, stacklevel=5)
-        donors = donor_order(spec, [g for g in self.gpus() if self.get(g, dtype, method)]) if spec else []
+        twin = next((t for g in same_specs(spec, self.gpus()) if (t := self.get(g, dtype, method)) and is_predicted(t)),
+                    None) if spec else None
+        if twin is not None:  # a model of the very same figures has a prediction: it is this GPU's too
+            choice = self._answer(twin, gpu_key, m, n, "predicted")
+            return choice if choice.source == "fallback" else replace(choice, reason=(
+                f"predicted for {twin.gpu}, a model of the same specs as {gpu_key!r} (autotuner/lookup/gpu_models.py)"))
+        donors = donor_order(spec, [g for g in self.gpus() if (t := self.get(g, dtype, method)) and not is_predicted(t)]) \
+            if spec else []
         if not donors:
             known = "its architecture is not listed in autotuner/lookup/gpu_models.py" if spec is None else \
                 f"no table of a model of sm_{spec.compute_capability} or older"
@@ -253,7 +263,7 @@ class TableStore:
         if candidate is None:
             return KernelChoice(FALLBACK_VARIANT, (), predicted_us, gpu_key, table.dtype, "fallback", False, reason)
         if rule == "model":
-            source = "model" if source == "table" else f"{source}/model"
+            source = "model" if source == "table" else f"{source}/model"  # "predicted/model" too
         variant, config_items = table.choice_fields[candidate]
         return _choice(variant, config_items, predicted_us, gpu_key, table.dtype, source, exact)
 
@@ -278,6 +288,12 @@ class TableStore:
             return None
         number = (self._views.get((table, gpu_key)) or self._view(table, gpu_key))[0]
         return None if number is None else (table, number)
+
+
+def is_predicted(table: DispatchTable) -> bool:
+    """A table predicted for a GPU never measured (``autotuner predict``): it answers for its own GPU
+    only, and only while that GPU has no measured table of its key (a measured one replaces it)."""
+    return table.document.get("source") == "predicted"
 
 
 _new_object = object.__new__

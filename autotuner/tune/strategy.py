@@ -262,3 +262,75 @@ def run_strategy(sweep: Sweep, runners: Runner | Sequence[Runner], strategy: Str
     finally:
         sweep.finish(status)
     return summaries
+
+
+Predictions = Mapping[Shape, Mapping[str, float]]  # shape -> candidate label -> predicted µs
+
+
+def prediction_margin(times: Mapping[str, float]) -> float:
+    """How sure a prediction is of its pick at one shape: the runner-up's predicted time over the pick's,
+    minus 1 (inf with a single candidate)."""
+    ordered = sorted(times.values())
+    return ordered[1] / ordered[0] - 1 if len(ordered) > 1 else math.inf
+
+
+@dataclass
+class QuickStrategy:
+    """``sweep --quick``: where a predicted table (``autotuner predict``) is least sure, its pick and
+    runners-up. Round 1: per dtype, the ``shapes`` predicted points of smallest ``prediction_margin``, each at
+    least ``spacing`` (log2 units of M and N together) from the others of its dtype, so the few shapes
+    spread over the domain; at each, the ``width`` fastest predicted candidates and any within
+    ``DEFAULT_THRESHOLD`` of the pick (``candidates_at``). Round 2: where the measured winner was
+    not the predicted pick, up to ``shapes // 2`` predicted points not yet measured within
+    ``2 · spacing`` of it, nearest first, spaced among themselves.
+    The fit then corrects the prediction with what was measured (``autotuner/fit/quick.py``)."""
+
+    predictions: Predictions
+    shapes: int = 40  # round 1's shapes per dtype (round 2: half as many)
+    width: int = 3
+    spacing: float = 1.5
+    name: str = "quick"
+    chosen: dict[Shape, frozenset[str]] = field(default_factory=dict)
+    rounds: int = 0
+
+    def next_shapes(self, observed: Observations) -> list[Shape]:
+        self.rounds += 1
+        if self.rounds == 1:
+            ranked = sorted(self.predictions, key=lambda s: (prediction_margin(self.predictions[s]), s))
+            return self._take(ranked, self.shapes, list(self.chosen))
+        if self.rounds == 2:
+            missed = [s for s in self.chosen if observed.get(s) and self._surprised(s, observed[s])]
+            distance = {s: min((_log_distance(s, t) for t in missed if t[2] == s[2]), default=math.inf)
+                        for s in self.predictions if s not in self.chosen}
+            near = sorted((s for s, d in distance.items() if d <= 2 * self.spacing), key=lambda s: (distance[s], s))
+            return self._take(near, self.shapes // 2, [])  # next to a surprise: spaced among themselves only
+        return []
+
+    def candidates_at(self, shape: Shape) -> frozenset[str]:
+        """The candidate labels (``variant[config_key]``) to measure at a shape this strategy proposed."""
+        return self.chosen.get(shape, frozenset())
+
+    def _surprised(self, shape: Shape, times: Mapping[str, float]) -> bool:
+        predicted = self.predictions[shape]
+        return min(times, key=times.get) != min(predicted, key=predicted.get)
+
+    def _take(self, ranked: Sequence[Shape], count: int, apart_from: list[Shape]) -> list[Shape]:
+        """Up to ``count`` shapes of each dtype from ``ranked``, in its order, spaced apart."""
+        taken: list[Shape] = []
+        per_dtype: dict[str, int] = {}
+        for shape in ranked:
+            if per_dtype.get(shape[2], 0) >= count:
+                continue
+            if any(other[2] == shape[2] and _log_distance(shape, other) < self.spacing for other in [*apart_from, *taken]):
+                continue
+            taken.append(shape)
+            per_dtype[shape[2]] = per_dtype.get(shape[2], 0) + 1
+            times = self.predictions[shape]
+            best = min(times.values())
+            ordered = sorted(times, key=times.get)
+            self.chosen[shape] = frozenset(ordered[:self.width] + [c for c in ordered if times[c] <= best * (1 + DEFAULT_THRESHOLD)])
+        return taken
+
+
+def _log_distance(a: Shape, b: Shape) -> float:
+    return abs(math.log2(max(a[0], 1) / max(b[0], 1))) + abs(math.log2(a[1] / b[1]))

@@ -61,3 +61,16 @@ def load_snapshot() -> dict[str, list[str]]:
 if __name__ == "__main__":
     SNAPSHOT.write_bytes(gzip.compress(json.dumps(encode(current_picks()), separators=(",", ":")).encode(), mtime=0))
     print(f"wrote {SNAPSHOT} ({SNAPSHOT.stat().st_size} bytes)")
+
+
+# One predicted model per architecture: the 15 predicted tables come from one procedure, and a
+# test that replays every shipped table's rule would spend most of its time on near copies of them.
+PREDICTED_SAMPLE = ("a100", "l4", "b200")
+
+
+def tables_to_replay() -> list:
+    """The shipped tables a rule-replaying test checks: every measured one, and the predicted ones of
+    ``PREDICTED_SAMPLE`` (``tests/autotuner/test_predicted_tables.py`` checks every predicted one's
+    points)."""
+    return [t for t in load_shipped_tables()
+            if t.document.get("source") != "predicted" or t.gpu in PREDICTED_SAMPLE]

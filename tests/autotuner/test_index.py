@@ -17,7 +17,8 @@ CLASSIC = Path(__file__).resolve().parents[1] / "data" / "classic_tables"
 SHIPPED = Path(__file__).resolve().parents[2] / "autotuner" / "tables"
 
 
-@pytest.mark.parametrize("path", sorted(CLASSIC.glob("*.json")) + sorted(SHIPPED.glob("h100_fp16_*.json")),
+@pytest.mark.parametrize("path", sorted(CLASSIC.glob("*.json")) + sorted(SHIPPED.glob("h100_fp16_*.json"))
+                         + sorted(SHIPPED.glob("l4_fp32_*.json")),  # a predicted table: one view
                          ids=lambda path: f"{path.parent.name}/{path.stem}")
 def test_index_reproduces_the_rule_at_every_cell_centre_and_measured_point(path):
     document = json.loads(path.read_text())

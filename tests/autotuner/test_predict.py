@@ -20,9 +20,9 @@ CLASSIC = Path(__file__).resolve().parents[1] / "data" / "classic_tables"
 
 
 def _shipped_rules() -> list[RuleTable]:
-    from autotuner.lookup.select import load_shipped_tables
+    from tests.autotuner.shipped_picks import tables_to_replay
 
-    return [RuleTable(table.document) for table in load_shipped_tables()]
+    return [RuleTable(table.document) for table in tables_to_replay()]
 
 
 CLASSIC_TABLES = [RuleTable(json.loads(path.read_text())) for path in sorted(CLASSIC.glob("*_cold.json"))]

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from autotuner.fit import regret
-from autotuner.lookup.select import load_shipped_tables
 from autotuner.fit.rule import RuleTable
+from tests.autotuner.shipped_picks import tables_to_replay
 
 CLASSIC = Path(__file__).resolve().parents[1] / "data" / "classic_tables"
 
 
 def _tables() -> list[RuleTable]:
-    documents = [table.document for table in load_shipped_tables()]
+    documents = [table.document for table in tables_to_replay()]
     documents += [json.loads(path.read_text()) for path in sorted(CLASSIC.glob("*.json"))]
     return [RuleTable({**document, "rule": rule}) for document in documents
             for rule in ("local-regret-clamped", "local-regret")]
