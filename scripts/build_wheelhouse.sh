@@ -4,12 +4,14 @@
 # device call and install there with:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 #
-# --cute: instead build .whl_cute_a/ and .whl_cute_b/, the CuTe DSL (nvidia-cutlass-dsl, cu13 flavour)
-# and QuACK for kernels/cute_online.py and kernels/external.py. Its big wheel (-libs-cu13, ~92 MB) is
-# over a call's 64 MiB, so it is cut in two: .whl_cute_a holds the small wheels and the first piece,
-# .whl_cute_b the second, sized so that both folders are about equal (~48.5 MiB each). Carry them in two
-# consecutive calls on the still-warm machine; scripts/device_cute_setup.sh stages, joins, checks and
-# installs them (its header gives the two commands).
+# --cute: instead build .whl_cute_1/ ... .whl_cute_K/, the CuTe DSL (nvidia-cutlass-dsl, cu13 flavour)
+# and QuACK for kernels/cute_online.py and kernels/external.py (~97 MB of wheels, ~92 MB of them -libs-cu13).
+# A device call sends the working tree (tracked files and untracked ones git does not ignore) plus what it
+# carries, 64 MiB in all, so the wheels go as one tar archive cut into K equal slices, each sized so that
+# it, the tree as measured now and a margin (CUTE_MARGIN_MIB, default 4) fit one call. Each folder holds
+# its slice (cute.tar.<i>) and a MANIFEST (archive size and sha256, slice index, count and sha256). Carry
+# them one per call on one warm machine; scripts/device_cute_setup.sh stages each slice and, once all K
+# are there, joins, checks and installs (its header gives the calls). Rebuild when the tree has grown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,60 +21,77 @@ fetch_into() {
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     "${platforms[@]}" -d "$dest" "$@"
 }
-exclude() { mkdir -p .git/info; grep -qx "$1" .git/info/exclude 2>/dev/null || echo "$1" >> .git/info/exclude; }
+exclude() {  # info/exclude of the repository (a worktree's .git is a file: ask git where it is)
+  local file; file=$(git rev-parse --git-path info/exclude)
+  mkdir -p "$(dirname "$file")"; grep -qxF "$1" "$file" 2>/dev/null || echo "$1" >> "$file"
+}
 
 build_cute() {
   # Versions: the newest quack-kernels (0.6.5) needs nvidia-cutlass-dsl>=4.7, torch, apache-tvm-ffi>=0.1.6,<0.2,
   # torch-c-dlpack-ext, einops. cutlass-dsl's libs need typing-extensions, cuda-bindings>=12.8, protobuf:
   # the device image has those, and torch, einops, numpy, packaging, so they do not travel.
-  local small=(
+  local wheels=(
     "nvidia-cutlass-dsl==4.8.1"            # only a .pth + metadata (its default needs -libs-cu12: --no-deps)
     "nvidia-cutlass-dsl-libs-base==4.8.1"  # cutlass/_mlir python + iket .so (cp312)
     "nvidia-cutlass-dsl-libs-core==4.8.1"  # cutlass/{cute,base_dsl,...} python
+    "nvidia-cutlass-dsl-libs-cu13==4.8.1"  # _cutlass_ir.cu13 .so + cu13/lib/libcute_dsl_runtime.so (~92 MB)
     "quack-kernels==0.6.5"
     "apache-tvm-ffi==0.1.15.post2"         # quack.cache imports tvm_ffi at module level (cp312)
     "torch-c-dlpack-ext==0.1.5"            # quack's declared need; a no-op where torch has the DLPack C API
   )
-  local big_spec="nvidia-cutlass-dsl-libs-cu13==4.8.1"  # _cutlass_ir.cu13 .so + cu13/lib/libcute_dsl_runtime.so
-  local big_prefix="nvidia_cutlass_dsl_libs_cu13-4.8.1-"
-  local part_a="libs-cu13.part-aa" part_b="libs-cu13.part-ab"
+  local call_limit=$(( 64 * 1024 * 1024 )) margin=$(( ${CUTE_MARGIN_MIB:-4} * 1024 * 1024 ))
   dl=$(mktemp -d)  # global: the EXIT trap removes it
   trap 'rm -rf "$dl"' EXIT
-  fetch_into "$dl" "${small[@]}" "$big_spec"
-  local big; big=$(cd "$dl" && ls ${big_prefix}*.whl)
-  exclude "/.whl_cute_a/"; exclude "/.whl_cute_b/"
-  rm -rf .whl_cute_a .whl_cute_b
-  mkdir -p .whl_cute_a .whl_cute_b
-  mv "$dl"/*.whl .whl_cute_a/
-  mv ".whl_cute_a/$big" "$dl/$big"
-  # piece sizes: small wheels + piece a == piece b
-  local small_bytes big_bytes b_bytes a_bytes
-  small_bytes=$(cat .whl_cute_a/*.whl | wc -c)
-  big_bytes=$(stat -c %s "$dl/$big")
-  b_bytes=$(( (big_bytes + small_bytes) / 2 ))
-  a_bytes=$(( big_bytes - b_bytes ))
-  head -c "$a_bytes" "$dl/$big" > ".whl_cute_a/$part_a"
-  tail -c "+$((a_bytes + 1))" "$dl/$big" > ".whl_cute_b/$part_b"
-  cat ".whl_cute_a/$part_a" ".whl_cute_b/$part_b" | cmp -s - "$dl/$big" || { echo "split check failed" >&2; exit 1; }
-  # one manifest (sha256sum format) in both folders: every wheel, the joined wheel's name, both pieces
-  (cd "$dl" && sha256sum "$big") > .whl_cute_a/SHA256SUMS
-  (cd .whl_cute_a && sha256sum $(ls *.whl) "$part_a") >> .whl_cute_a/SHA256SUMS
-  (cd .whl_cute_b && sha256sum "$part_b") >> .whl_cute_a/SHA256SUMS
-  cp .whl_cute_a/SHA256SUMS .whl_cute_b/SHA256SUMS
-  ls -la .whl_cute_a .whl_cute_b
-  local a_size b_size limit=$(( (64 - 7) * 1024 * 1024 ))
-  a_size=$(du -sb .whl_cute_a | cut -f1); b_size=$(du -sb .whl_cute_b | cut -f1)
-  echo ".whl_cute_a: $a_size bytes ($((a_size / 1048576)) MiB); .whl_cute_b: $b_size bytes ($((b_size / 1048576)) MiB); joined: $big"
-  if (( a_size > limit || b_size > limit )); then
-    echo "WARNING: a folder is over 57 MiB: with the working tree and .whl it may not fit one call's 64 MiB" >&2
+  exclude "/.whl_cute_*/"
+  rm -rf .whl_cute_*
+  # what every call sends besides the carried folder: tracked files and untracked ones git does not ignore
+  local tree_bytes
+  tree_bytes=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1 || true)
+  local slice_max=$(( call_limit - tree_bytes - margin ))
+  if (( slice_max < 1024 * 1024 )); then
+    echo "the working tree ($tree_bytes bytes) leaves no room in a call's 64 MiB for a slice (margin $margin bytes)" >&2
+    exit 1
   fi
+  fetch_into "$dl/wheels" "${wheels[@]}"
+  local archive="$dl/cute.tar"
+  (cd "$dl/wheels" && tar -cf "$archive" -- *.whl)
+  local archive_bytes archive_sha built count slice_bytes
+  archive_bytes=$(stat -c %s "$archive")
+  archive_sha=$(sha256sum "$archive" | cut -d' ' -f1)
+  built=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  count=$(( (archive_bytes + slice_max - 1) / slice_max ))
+  slice_bytes=$(( (archive_bytes + count - 1) / count ))  # equal slices, the last one shorter
+  (cd "$dl" && split -a 3 -d -b "$slice_bytes" cute.tar slice.)
+  local i folder piece
+  for (( i = 1; i <= count; i++ )); do
+    folder=".whl_cute_$i"; piece=$(printf "%s/slice.%03d" "$dl" $(( i - 1 )))
+    mkdir -p "$folder"
+    mv "$piece" "$folder/cute.tar.$i"
+    # the manifest device_cute_setup.sh reads (key=value; the archive's sha256 names the build)
+    {
+      echo "archive_bytes=$archive_bytes"
+      echo "archive_sha256=$archive_sha"
+      echo "slice_index=$i"
+      echo "slice_count=$count"
+      echo "slice_sha256=$(sha256sum "$folder/cute.tar.$i" | cut -d' ' -f1)"
+      echo "built=$built"
+      echo "wheels=$(cd "$dl/wheels" && echo *.whl)"
+    } > "$folder/MANIFEST"
+  done
+  cat $(for (( i = 1; i <= count; i++ )); do echo ".whl_cute_$i/cute.tar.$i"; done) | cmp -s - "$archive" \
+    || { echo "slice check failed: the slices do not join into the archive" >&2; exit 1; }
+  ls -la .whl_cute_*
+  echo "archive $archive_bytes bytes (sha256 ${archive_sha:0:12}, $(ls "$dl/wheels" | wc -l) wheels) in $count slices of" \
+       "$slice_bytes bytes: .whl_cute_1 ... .whl_cute_$count; working tree $tree_bytes bytes + a slice <=" \
+       "$(( (tree_bytes + slice_bytes) / 1048576 )) MiB of 64 (margin $(( margin / 1048576 )) MiB: CUTE_MARGIN_MIB)"
+  echo "carry each alone, one per call on one warm machine: bash scripts/device_cute_setup.sh"
 }
 
 if [[ "${1:-}" == "--cute" ]]; then
   build_cute
   exit 0
 elif [[ $# -gt 0 ]]; then
-  echo "usage: $0 [--cute]   (no option: .whl/; --cute: .whl_cute_a/ and .whl_cute_b/)" >&2
+  echo "usage: $0 [--cute]   (no option: .whl/; --cute: .whl_cute_1/ ... .whl_cute_K/)" >&2
   exit 2
 fi
 
