@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# On the lent GPU, after the CuTe DSL and QuACK are installed there (scripts/device_cute_setup.sh, two
-# calls on one warm machine): `autotuner bench` with every peer (torch, QuACK, Liger), once through
+# On the lent GPU, after the CuTe DSL and QuACK are installed there (scripts/device_cute_setup.sh, one
+# call per slice on one warm machine): `autotuner bench` with every peer (torch, QuACK, Liger), once through
 # streams and once with --graph-launch (every contender timed as a CUDA-graph replay: see
 # autotuner/tune/timing.py), one dtype per process so that a stalled dtype loses only itself. Outputs in
 # $OUT: bench_stream_<dtype>.csv, bench_graph_<dtype>.csv and bench_peers.log (about 7 min on an H100).
 #
-#   call 1 (carry [".whl_cute_a"]):  bash scripts/device_cute_setup.sh
-#   call 2 (carry [".whl_cute_b"]):  bash scripts/device_cute_setup.sh   (installs; .whl with it would pass
-#     the run tool's 64 MiB carry limit)
-#   call 3 (carry [".whl"]):
+#   calls 1 ... K (carry [".whl_cute_<i>"] alone, the slices `build_wheelhouse.sh --cute` wrote):
+#     bash scripts/device_cute_setup.sh   (the call with the last slice installs; .whl beside a slice would
+#     pass the run tool's 64 MiB carry limit)
+#   call K+1 (carry [".whl"]):
 #     bash scripts/device_run.sh bash -c 'source scripts/device_cute_setup.sh && bash scripts/device_bench_peers.sh'
 #
 # MODES (default "stream graph") and DTYPES (default "fp32 fp16 bf16") narrow it; ROUNDS (default 3) and

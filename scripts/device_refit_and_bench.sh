@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the lent GPU, after scripts/device_cute_setup.sh's two calls (so that QuACK is a peer): the H100
-# recordings the shipped tables are fitted from (bench/data/sources.json's "recordings") imported into
+# On the lent GPU, once scripts/device_cute_setup.sh has installed QuACK (one call per slice), so that
+# it is a peer: the H100 recordings the shipped tables are fitted from (bench/data/sources.json's
+# "recordings") imported into
 # one database, COVER_ARGS (if set) swept on top with
 # `autotuner sweep` (e.g. new configs at shapes the recordings lack), the H100 tables fitted into that
 # database (AUTOTUNER_DB points the lookup at them) and written to $OUT/tables, then `autotuner bench`
