@@ -12,6 +12,8 @@
 # its slice (cute.tar.<i>) and a MANIFEST (archive size and sha256, slice index, count and sha256). Carry
 # them one per call on one warm machine; scripts/device_cute_setup.sh stages each slice and, once all K
 # are there, joins, checks and installs (its header gives the calls). Rebuild when the tree has grown.
+# CUTE_SLICE_MAX_BYTES caps the slices lower (e.g. to carry .whl beside one); CUTE_WHEELS_DIR takes the
+# wheels from that folder instead of PyPI (offline rebuilds, tests/test_cute_slices.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,7 +54,14 @@ build_cute() {
     echo "the working tree ($tree_bytes bytes) leaves no room in a call's 64 MiB for a slice (margin $margin bytes)" >&2
     exit 1
   fi
-  fetch_into "$dl/wheels" "${wheels[@]}"
+  if [[ -n "${CUTE_SLICE_MAX_BYTES:-}" ]] && (( CUTE_SLICE_MAX_BYTES < slice_max )); then
+    slice_max=$CUTE_SLICE_MAX_BYTES
+  fi
+  if [[ -n "${CUTE_WHEELS_DIR:-}" ]]; then
+    mkdir -p "$dl/wheels"; cp "$CUTE_WHEELS_DIR"/*.whl "$dl/wheels/"
+  else
+    fetch_into "$dl/wheels" "${wheels[@]}"
+  fi
   local archive="$dl/cute.tar"
   (cd "$dl/wheels" && tar -cf "$archive" -- *.whl)
   local archive_bytes archive_sha built count slice_bytes

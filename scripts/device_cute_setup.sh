@@ -22,10 +22,11 @@
 # the install is ready. Run as a script it prints that export line; it also exits 0 when it has just
 # staged a slice (the install then waits for the others, and it names the next one to carry).
 # Non-zero: 2 slices missing or a slice folder without a readable MANIFEST, 3 a checksum, install or
-# layout check failed. CUTE_FORCE=1 reinstalls from the staged slices.
+# layout check failed. CUTE_FORCE=1 reinstalls from the staged slices. CUTE_STAGE and CUTE_TARGET move
+# /tmp/cute_slices and /tmp/site_cute (tests/test_cute_slices.py).
 
 _cute_setup() {
-  local root stages=/tmp/cute_slices target=/tmp/site_cute
+  local root stages=${CUTE_STAGE:-/tmp/cute_slices} target=${CUTE_TARGET:-/tmp/site_cute}
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   local marker="$target/.cute_installed"
   _cute_staged=0  # global: a slice was staged by this run
@@ -116,7 +117,7 @@ _cute_setup() {
 
 # Join the slices of one staged build, check the archive, unpack and install its wheels into /tmp/site_cute.
 _cute_install() {
-  local dir=$1 target=/tmp/site_cute key=${1##*/}
+  local dir=$1 target=${CUTE_TARGET:-/tmp/site_cute} key=${1##*/}
   local count=${key##*_} manifest="$1/MANIFEST.1" want_bytes want_sha i
   want_bytes=$(_cute_field archive_bytes "$manifest"); want_sha=$(_cute_field archive_sha256 "$manifest")
   _cute_say "joining $count slices of build ${key:0:12}"
@@ -174,7 +175,8 @@ PY
 
 _cute_add_path() {
   local p
-  for p in /tmp/site_cute /tmp/site_cute/nvidia_cutlass_dsl/dsl_packages; do
+  local target=${CUTE_TARGET:-/tmp/site_cute}
+  for p in "$target" "$target/nvidia_cutlass_dsl/dsl_packages"; do
     case ":${PYTHONPATH:-}:" in *":$p:"*) ;; *) PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$p" ;; esac
   done
   export PYTHONPATH
@@ -190,7 +192,8 @@ if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then  # sourced
   return "$_cute_rc"
 fi
 if (( _cute_rc == 0 )); then
-  echo "[cute-setup] ready; in your command: export PYTHONPATH=\${PYTHONPATH:+\$PYTHONPATH:}/tmp/site_cute:/tmp/site_cute/nvidia_cutlass_dsl/dsl_packages"
+  _cute_target=${CUTE_TARGET:-/tmp/site_cute}
+  echo "[cute-setup] ready; in your command: export PYTHONPATH=\${PYTHONPATH:+\$PYTHONPATH:}$_cute_target:$_cute_target/nvidia_cutlass_dsl/dsl_packages"
   exit 0
 fi
 # run as a script right after staging a slice that leaves others missing: that is the call's success
