@@ -44,9 +44,11 @@ def geomean(values: list[float]) -> float:
 
 
 def table_documents(gpu: str) -> dict[str, dict]:
+    """The GPU's shipped measured tables (a predicted table, docs/PREDICTION.md, has no results to show)."""
     folder = ROOT / "autotuner" / "tables"
-    return {dtype: json.loads((folder / f"{gpu}_{dtype}_cold.json").read_text())
-            for dtype in DTYPES if (folder / f"{gpu}_{dtype}_cold.json").exists()}
+    documents = {dtype: json.loads((folder / f"{gpu}_{dtype}_cold.json").read_text())
+                 for dtype in DTYPES if (folder / f"{gpu}_{dtype}_cold.json").exists()}
+    return {dtype: d for dtype, d in documents.items() if d.get("source") != "predicted"}
 
 
 def recording(gpu: str, kind: str) -> dict | None:

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from autotuner.cli import app
 from autotuner.fit import guard
+from autotuner.fit.index import index_document
 from autotuner.lookup.select import load_table_file, shipped_table_files
 from db.engine import make_engine
 from db.queries import current_tables
@@ -55,6 +56,7 @@ def test_a_table_that_picks_slower_kernels_is_worse_and_names_the_shapes():
         chosen = max(measured, key=lambda i: point["times"][i])
         slowest[(point["m"], point["n"])] = chosen
         point["times"][chosen] = min(point["times"][i] for i in measured) / 2
+    worse = index_document(worse)  # its decision index, as a fit would have written it
     result = guard.compare(worse, today)
     assert result.geomean > 1.5 and any("answers slower" in reason for reason in result.reasons)
     assert result.slower and " -> " in result.slower[0][1]
