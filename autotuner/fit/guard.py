@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 from sqlalchemy.orm import Session
 
 from autotuner.fit.fit import FitError
+from autotuner.fit.rule import times_by_shape
 from autotuner.lookup.select import FALLBACK_VARIANT, load_table_file, shipped_table_files
 from autotuner.lookup.table import DispatchTable, TableFormatError
 from db import queries
@@ -81,13 +82,6 @@ def coverage(document: Mapping[str, Any]) -> Coverage:
     return Coverage(len(points), max(p["m"] for p in points), min(p["n"] for p in points), max(p["n"] for p in points))
 
 
-def _measured(document: Mapping[str, Any]) -> dict[tuple[int, int], dict[tuple[str, str], float]]:
-    """Per measured shape, each candidate's time there, by (variant, config_key)."""
-    names = [(c["variant"], c["config_key"]) for c in document["candidates"]]
-    return {(p["m"], p["n"]): {names[i]: t for i, t in enumerate(p["times"]) if t is not None}
-            for p in document["points"]}
-
-
 def _answer(table: DispatchTable, m: int, n: int) -> tuple[str, str]:
     chosen = table.answer(m, n)[0]  # the decision index, as the lookup answers
     if chosen is None:
@@ -106,7 +100,7 @@ def compare(new_document: Mapping[str, Any], today_document: Mapping[str, Any]) 
         result.reasons.append(f"narrower range: M up to {new.m_max}, N {new.n_min}..{new.n_max} against M up to "
                               f"{today.m_max}, N {today.n_min}..{today.n_max} today")
     new_table, today_table = DispatchTable(new_document), DispatchTable(today_document)
-    today_times, new_times = _measured(today_document), _measured(new_document)
+    today_times, new_times = times_by_shape(today_document), times_by_shape(new_document)
     logs = []
     for m, n in sorted(set(today_times) | set(new_times)):
         new_pick, today_pick = _answer(new_table, m, n), _answer(today_table, m, n)

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from autotuner.fit.fit import Observation, build_document
 from autotuner.fit.predict_table import kernel_limits
+from autotuner.fit.rule import times_by_shape
 
 QUICK_SOURCE = "quick-sweep"
 
@@ -30,9 +31,8 @@ def label(variant: str, config_key: str) -> str:
 
 def predictions_of(document: Mapping[str, Any]) -> dict[tuple[int, int, str], dict[str, float]]:
     """A table document's times per shape (m, n, dtype) and candidate label: what ``QuickStrategy`` reads."""
-    labels = [label(c["variant"], c["config_key"]) for c in document["candidates"]]
-    return {(p["m"], p["n"], document["dtype"]): {labels[i]: t for i, t in enumerate(p["times"]) if t is not None}
-            for p in document["points"]}
+    dtype = document["dtype"]
+    return {(m, n, dtype): {label(*name): t for name, t in times.items()} for (m, n), times in times_by_shape(document).items()}
 
 
 def observations_of(document: Mapping[str, Any]) -> list[Observation]:

@@ -351,3 +351,11 @@ def validate(document: Mapping[str, Any]) -> Mapping[str, Any]:
         if len(point.get("times", ())) != count:
             raise TableFormatError(f"point (m={point.get('m')}, n={point.get('n')}) has {len(point.get('times', ()))} times for {count} candidates")
     return document
+
+
+def times_by_shape(document: Mapping[str, Any]) -> dict[tuple[int, int], dict[tuple[str, str], float]]:
+    """A table document's measured (or predicted) times: per shape (m, n), each candidate's time there
+    by (variant, config_key); candidates without a time at a shape are absent from it."""
+    names = [(c["variant"], c["config_key"]) for c in document["candidates"]]
+    return {(p["m"], p["n"]): {names[i]: t for i, t in enumerate(p["times"]) if t is not None}
+            for p in document["points"]}
