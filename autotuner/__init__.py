@@ -4,7 +4,9 @@
 """
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the lookup's import stays light
+if TYPE_CHECKING:
+    from typing import Any
 
 from autotuner.lookup.select import KernelChoice, add_table_source, select_kernel
 

@@ -9,7 +9,10 @@ lookup needs) does not import SQLAlchemy.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the embedded lookup imports this package
+if TYPE_CHECKING:
+    from typing import Any
 
 _HOMES = {
     "DatabaseError": "db.engine", "DatabasePathError": "db.engine", "EmptyDatabaseError": "db.engine",

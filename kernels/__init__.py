@@ -1,118 +1,39 @@
 """Softmax kernel variants: CUDA C++ (through CuPy), Triton, CuTe DSL, torch and third-party peers.
 
-``all_variants()`` is the registry. Importing this package imports neither torch, CuPy nor Triton;
-a variant module that cannot be imported here (no Triton, say) is listed as unavailable with the
-reason instead of breaking the registry.
+``all_variants()`` is the registry (``kernels/registry.py``), ``kernels/base.py`` the contract every
+variant honours, ``kernels/dtypes.py`` the dtype names. Importing this package imports neither torch,
+CuPy nor Triton, nor those modules until one of their names is read.
 """
 from __future__ import annotations
 
-import importlib
-import logging
-from functools import lru_cache
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (several ms of a first lookup)
+if TYPE_CHECKING:
+    from typing import Any
 
-from kernels.base import (
-    DTYPES,
-    Build,
-    KernelConfig,
-    Resources,
-    Support,
-    Variant,
-    normalize_dtype,
-)
+    from kernels.base import DTYPES, Build, KernelConfig, Resources, Support, Variant
+    from kernels.dtypes import normalize_dtype
+    from kernels.registry import all_variants, get_variant, register_variant, unregister_variant
 
-log = logging.getLogger(__name__)
-
-# (module, class) of every registered variant, in the order `autotuner kernels` lists them.
-_REGISTRY: tuple[tuple[str, str], ...] = (
-    ("kernels.torch_baseline", "TorchSoftmax"),
-    # CUDA C++ through CuPy: row held in registers
-    ("kernels.cuda.warp_row", "WarpRowCuda"),
-    ("kernels.cuda.short_rows", "ShortRowsCuda"),
-    ("kernels.cuda.block_fused", "BlockFusedCuda"),
-    ("kernels.cuda.block_online", "BlockOnlineCuda"),
-    ("kernels.cuda.packed16", "Packed16Cuda"),
-    # CUDA C++: rows larger than one block's registers
-    ("kernels.cuda.two_pass", "TwoPassCuda"),
-    ("kernels.cuda.split_row", "SplitRowCuda"),
-    ("kernels.cuda.smem_cache", "SmemCacheMediumCuda"),
-    ("kernels.cuda.smem_cache", "SmemCacheExtremeCuda"),
-    ("kernels.cuda.cluster_split", "ClusterSplitCuda"),
-    ("kernels.cuda.cluster_keep", "ClusterKeepCuda"),
-    ("kernels.cuda.grid_split", "GridSplitCuda"),
-    ("kernels.cuda.long_split", "LongSplitCuda"),
-    # Triton
-    ("kernels.triton_impl.fused_row", "TritonFusedRow"),
-    ("kernels.triton_impl.one_row", "TritonOneRow"),
-    ("kernels.triton_impl.tiled", "TritonTiledThreePass"),
-    ("kernels.triton_impl.online_tiled", "TritonOnlineTwoPass"),
-    ("kernels.triton_impl.split_row", "TritonSplitRow"),
-    # optional and third-party
-    ("kernels.cute_online", "CuteOnline"),
-    ("kernels.external", "QuackSoftmax"),
-    ("kernels.external", "LigerSoftmax"),
-)
-
-_extra: list[Variant] = []
+# name -> the module that defines it. The names are read from there on first access (PEP 562): importing
+# ``kernels.dtypes`` (the embedded lookup does) must not import the kernel contract and the registry.
+_EXPORTS: dict[str, str] = {
+    "DTYPES": "kernels.dtypes", "normalize_dtype": "kernels.dtypes",
+    "Build": "kernels.base", "KernelConfig": "kernels.base", "Resources": "kernels.base", "Support": "kernels.base",
+    "Variant": "kernels.base",
+    "all_variants": "kernels.registry", "get_variant": "kernels.registry",
+    "register_variant": "kernels.registry", "unregister_variant": "kernels.registry",
+}
 
 
-class UnimportableVariant(Variant):
-    """Stands in for a variant whose module failed to import, so listings can say why."""
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernels' has no attribute {name!r}")
+    import importlib
 
-    backend = "unknown"
-
-    def __init__(self, name: str, reason: str):
-        self._name = name
-        self._reason = reason
-
-    @property
-    def name(self) -> str:  # type: ignore[override]
-        return self._name
-
-    def available(self) -> Support:
-        return Support(False, self._reason)
-
-    def all_configs(self) -> list[KernelConfig]:
-        return []
-
-    def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
-        raise RuntimeError(self._reason)
-
-
-@lru_cache(maxsize=1)
-def _registered() -> tuple[Variant, ...]:
-    variants: list[Variant] = []
-    for module_name, class_name in _REGISTRY:
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-            variants.append(cls())
-        except Exception as exc:  # an optional backend missing must not hide the others
-            log.warning("variant %s.%s not importable: %s", module_name, class_name, exc)
-            variants.append(UnimportableVariant(class_name, f"import failed: {type(exc).__name__}: {exc}"))
-    return tuple(variants)
-
-
-def all_variants() -> list[Variant]:
-    """Every registered variant, plus any registered at run time (tests register faulting ones)."""
-    return [*_registered(), *_extra]
-
-
-def get_variant(name: str) -> Variant:
-    for variant in all_variants():
-        if variant.name == name:
-            return variant
-    known = ", ".join(v.name for v in all_variants())
-    raise KeyError(f"unknown variant {name!r}; registered: {known}")
-
-
-def register_variant(variant: Variant) -> None:
-    """Add a variant at run time (used by tests for deliberately faulting kernels)."""
-    if any(v.name == variant.name for v in all_variants()):
-        raise ValueError(f"variant {variant.name!r} is already registered")
-    _extra.append(variant)
-
-
-def unregister_variant(name: str) -> None:
-    _extra[:] = [v for v in _extra if v.name != name]
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

@@ -25,15 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from kernels import source_hash as _source_hashes
+from kernels.dtypes import DTYPE_ALIASES, DTYPE_BYTES, DTYPES, normalize_dtype  # noqa: F401 - re-exported
 from kernels.source_hash import hash_files, hash_text, pinned_hash  # noqa: F401 - hash_* re-exported
-
-DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
-DTYPE_BYTES: Mapping[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}
-DTYPE_ALIASES: Mapping[str, str] = {
-    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
-    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
-    "bf16": "bf16", "bfloat16": "bf16",
-}
 
 
 # The oldest compute capability (x 10) each backend's variants run on, unless a variant says
@@ -43,17 +36,6 @@ DTYPE_ALIASES: Mapping[str, str] = {
 # clusters. torch.softmax: every architecture torch's CUDA wheels are built for (sm_50 up).
 MIN_ARCH_BY_BACKEND: Mapping[str, int] = {"torch": 50, "cuda": 80, "triton": 80, "cute": 90, "external": 90}
 DEFAULT_MIN_ARCH = 90  # a backend not listed above: the architecture everything was measured on
-
-
-def normalize_dtype(name: str) -> str:
-    """Map a dtype spelling (``float16``, ``half``, ``torch.bfloat16``...) to fp32 / fp16 / bf16."""
-    key = str(name).strip().lower().removeprefix("torch.")
-    try:
-        return DTYPE_ALIASES[key]
-    except KeyError:
-        raise ValueError(
-            f"unknown dtype {name!r}; accepted: {', '.join(sorted(DTYPE_ALIASES))}"
-        ) from None
 
 
 @dataclass(frozen=True)

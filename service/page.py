@@ -31,7 +31,7 @@ from autotuner.lookup.select import TableStore
 from autotuner.lookup.table import DispatchTable
 from service.tables import LiveTables
 
-# One colour per registered variant (kernels._REGISTRY's 22), chosen from Kelly's colours of maximum
+# One colour per registered variant (kernels.registry._REGISTRY's 22), chosen from Kelly's colours of maximum
 # contrast and a few more so that any two are at least 25 apart in CIELAB (ΔE76): two variants of one
 # map never look alike. tests/service/test_page.py checks the distances and that every registered
 # variant has its colour.

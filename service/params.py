@@ -1,7 +1,7 @@
 """Query and path parameter types shared by the routes.
 
 ``dtype`` is a fixed set, documented as an enum in the OpenAPI schema: every spelling
-``kernels.base.normalize_dtype`` accepts (``fp16``, ``float16``, ``half``, ``bfloat16``...), also with a
+``kernels.dtypes.normalize_dtype`` accepts (``fp16``, ``float16``, ``half``, ``bfloat16``...), also with a
 ``torch.`` prefix, in any letter case. GPU keys are an open set (new models appear), so an unknown
 one is a 404 listing the known ones rather than a validation error.
 """
@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator
 
 from autotuner.lookup.gpu import validate_gpu_key
-from kernels.base import DTYPE_ALIASES, normalize_dtype
+from kernels.dtypes import DTYPE_ALIASES, normalize_dtype
 
 DTYPE_SPELLINGS: tuple[str, ...] = tuple(sorted(DTYPE_ALIASES)) + tuple(f"torch.{name}" for name in sorted(DTYPE_ALIASES))
 

@@ -18,10 +18,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "kernels": ("kernels",),
     "db": ("db",),
     "autotuner": ("autotuner", "kernels", "db"),
-    "autotuner.lookup": ("autotuner.lookup", "autotuner.domain", "kernels.base"),  # the embedded path: no db, no tuning code
+    "autotuner.lookup": ("autotuner.lookup", "autotuner.domain", "kernels.dtypes"),  # the embedded path: no db, no tuning code
     "autotuner.cli": ("autotuner", "kernels", "db", "service"),  # on top of everything
     "autotuner.__main__": ("autotuner.cli",),  # ``python -m autotuner``: the CLI's entry point
-    "service": ("service", "autotuner", "db", "kernels.base"),
+    "service": ("service", "autotuner", "db", "kernels.dtypes"),
 }
 NOT_BELOW_CLI = "autotuner.cli"  # only the CLI itself (and its entry point) imports the CLI
 CLI_ENTRY = ("autotuner.cli", "autotuner.__main__")

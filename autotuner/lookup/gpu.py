@@ -14,14 +14,23 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from dataclasses import dataclass
+from collections import namedtuple
 
-_VENDOR_WORDS = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b", re.IGNORECASE)
-_MODEL = re.compile(r"^((?:gh|gb|rtx|gtx)?\s?[a-z]{0,2}\d{2,4}[a-z]{0,2})\b", re.IGNORECASE)
+# Patterns as text, compiled by ``re`` on first use and kept in its cache: a lookup given a table key
+# (``h100``) never compiles them (four compiles cost a fresh process's first lookup about 2 ms).
+_VENDOR_WORDS = r"\b(nvidia|tesla|geforce|quadro)\b"
+_MODEL = r"^((?:gh|gb|rtx|gtx)?\s?[a-z]{0,2}\d{2,4}[a-z]{0,2})\b"
 # Words of real device names that do not change the model (what changes the memory system, PCIe and
 # NVL, is added to the key below): "80GB", "HBM3", "HBM3e", "SXM5", "Ada Generation", "Tensor Core".
-_QUALIFIER = re.compile(r"^(\d{1,4}gb|hbm\d?e?|sxm\d?|pcie|nvl|ada|generation|tensor|core|gpu)$", re.IGNORECASE)
-_KEY = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+_QUALIFIER = r"^(\d{1,4}gb|hbm\d?e?|sxm\d?|pcie|nvl|ada|generation|tensor|core|gpu)$"
+_KEY_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
+_KEY_LENGTH = 32
+
+
+def _is_key(text: str) -> bool:
+    """Whether ``text`` is a table key as written: ``[a-z0-9][a-z0-9-]{0,31}``."""
+    return 0 < len(text) <= _KEY_LENGTH and text[0] != "-" and _KEY_CHARACTERS.issuperset(text)
+
 
 class GpuMismatchError(RuntimeError):
     """The GPU asked for is not the GPU found."""
@@ -31,24 +40,23 @@ class NoGpuError(RuntimeError):
     """No CUDA GPU could be found."""
 
 
-@dataclass(frozen=True)
-class GpuInfo:
-    key: str
-    name: str
-    sm_count: int | None = None
-    l2_bytes: int | None = None
-    memory_bytes: int | None = None
-    compute_capability: str | None = None
+class GpuInfo(namedtuple("GpuInfo", "key name sm_count l2_bytes memory_bytes compute_capability",
+                         defaults=(None, None, None, None))):
+    """The GPU a sweep runs on, as the driver reports it: its table key, device name, and where known
+    its SM count, L2 and memory (bytes) and compute capability ("9.0"). A named tuple: the embedded
+    lookup imports this module, and ``dataclasses`` costs a first lookup about 12 ms of imports."""
+
+    __slots__ = ()
 
 
 def normalize_gpu_name(name: str) -> str:
     """A table key from a device name as the driver reports it (examples in the module docstring)."""
-    cleaned = _VENDOR_WORDS.sub(" ", name).strip()
-    match = _MODEL.search(cleaned)
+    cleaned = re.sub(_VENDOR_WORDS, " ", name, flags=re.IGNORECASE).strip()
+    match = re.search(_MODEL, cleaned, re.IGNORECASE)
     rest = re.split(r"[\s_/()-]+", cleaned[match.end():]) if match else []
-    if not match or not all(_QUALIFIER.match(word) for word in rest if word):
+    if not match or not all(re.match(_QUALIFIER, word, re.IGNORECASE) for word in rest if word):
         key = re.sub(r"[^a-z0-9]+", "-", cleaned.lower()).strip("-")
-        return key[:32] or "unknown"
+        return key[:_KEY_LENGTH] or "unknown"
     key = match.group(1).replace(" ", "").lower()
     lowered = cleaned.lower()
     if "pcie" in lowered:
@@ -64,7 +72,7 @@ def validate_gpu_key(key: str) -> str:
     if not candidate:
         raise ValueError("GPU key is empty; give a model such as h100, h200, a100, or 'auto'")
     lowered = candidate.lower()
-    if _KEY.match(lowered):
+    if _is_key(lowered):
         return lowered
     return normalize_gpu_name(candidate)
 

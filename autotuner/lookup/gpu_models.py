@@ -19,23 +19,26 @@ figures) and boost clock.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from collections import namedtuple
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the lookup's import stays light
+if TYPE_CHECKING:
+    from typing import Any, Mapping, Sequence
 
 KB = 1024
 MB = 1024 * 1024
 GB = 1000 ** 3  # datasheets' memory sizes are decimal gigabytes
 
 
-@dataclass(frozen=True)
-class ArchLimits:
-    """Per-SM limits of one compute capability (Programming Guide table, see the module docstring)."""
-    smem_per_sm: int  # bytes
-    smem_per_block: int  # bytes: the opt-in maximum one block may use
-    max_threads_per_sm: int
-    max_blocks_per_sm: int
-    registers_per_sm: int = 65536
-    max_cluster: int = 0  # blocks per thread-block cluster (portable size); 0: no clusters
+class ArchLimits(namedtuple("ArchLimits", "smem_per_sm smem_per_block max_threads_per_sm max_blocks_per_sm "
+                                         "registers_per_sm max_cluster", defaults=(65536, 0))):
+    """Per-SM limits of one compute capability (Programming Guide table, see the module docstring):
+    shared memory per SM and the opt-in maximum per block (bytes), threads and blocks per SM, registers
+    per SM, blocks per thread-block cluster (portable size; 0: no clusters). Named tuples, not
+    dataclasses, here and below: the embedded lookup imports this module, and ``dataclasses`` costs
+    a fresh process's first lookup about 12 ms of imports."""
+
+    __slots__ = ()
 
 
 ARCH_LIMITS: Mapping[int, ArchLimits] = {
@@ -47,22 +50,15 @@ ARCH_LIMITS: Mapping[int, ArchLimits] = {
 }
 
 
-@dataclass(frozen=True)
-class GpuSpec:
-    key: str
-    compute_capability: int  # x 10: 90 for sm_90
-    sm_count: int
-    smem_per_sm: int  # bytes
-    smem_per_block: int  # bytes: the opt-in maximum one block may use
-    l2_bytes: int
-    bandwidth_gbps: float  # peak DRAM bandwidth, GB/s
-    max_cluster: int = 0  # blocks per thread-block cluster; 0: no clusters
-    registers_per_sm: int = 65536
-    max_threads_per_sm: int = 2048
-    max_blocks_per_sm: int = 32
-    boost_clock_mhz: int = 0
-    memory_bytes: int = 0
-    source: str = ""
+class GpuSpec(namedtuple("GpuSpec", "key compute_capability sm_count smem_per_sm smem_per_block l2_bytes bandwidth_gbps "
+                                   "max_cluster registers_per_sm max_threads_per_sm max_blocks_per_sm boost_clock_mhz "
+                                   "memory_bytes source", defaults=(0, 65536, 2048, 32, 0, 0, ""))):
+    """One GPU model's figures: ``compute_capability`` x 10 (90 for sm_90), SMs, shared memory per SM
+    and the opt-in maximum per block (bytes), L2 (bytes), peak DRAM bandwidth (GB/s), blocks per
+    cluster (0: no clusters), per-SM registers, threads and blocks, boost clock (MHz), memory (bytes),
+    and the datasheets the figures come from."""
+
+    __slots__ = ()
 
     @property
     def architecture(self) -> int:
@@ -125,7 +121,7 @@ def same_specs(target: GpuSpec, available: Sequence[str]) -> list[str]:
     the A800 is the A100 80GB SXM with another interconnect), so a table predicted for one is the
     other's prediction too."""
     return [k for k in available if k != target.key and k in GPU_MODELS
-            and replace(GPU_MODELS[k], key=target.key, source=target.source) == target]
+            and GPU_MODELS[k]._replace(key=target.key, source=target.source) == target]
 
 
 def donor_order(target: GpuSpec, available: list[str]) -> list[str]:

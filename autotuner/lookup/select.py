@@ -25,15 +25,18 @@ from __future__ import annotations
 import json
 import threading
 import warnings
-from dataclasses import dataclass, replace
+from collections import namedtuple
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
 
 from autotuner.domain import MAX_DIM
 from autotuner.lookup.gpu import current_gpu_key, validate_gpu_key
 from autotuner.lookup.gpu_models import GPU_MODELS, donor_order, gpu_spec, runnable_candidates, same_specs
 from autotuner.lookup.table import CONVERT_COMMAND, DispatchTable, TableFormatError
-from kernels.base import DTYPE_ALIASES, normalize_dtype
+from kernels.dtypes import DTYPE_ALIASES, normalize_dtype
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a first lookup's import stays light
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Mapping
 
 
 def _warn(message: str, *args: Any) -> None:
@@ -71,18 +74,20 @@ class UnknownGpuError(LookupError):
         super().__init__(f"no dispatch table for GPU {gpu!r}; known: {', '.join(self.known) or 'none'}")
 
 
-@dataclass(frozen=True)
-class KernelChoice:
-    """What to run for one shape. ``config`` is a fresh plain dict on every access."""
+class KernelChoice(namedtuple("KernelChoice", "variant config_items predicted_us gpu dtype source exact reason",
+                              defaults=(False, ""))):
+    """What to run for one shape: an immutable record (a named tuple: light to import and to make).
 
-    variant: str
-    config_items: tuple[tuple[str, Any], ...]
-    predicted_us: float | None
-    gpu: str
-    dtype: str
-    source: str  # "table" | "model" | "predicted" | "predicted/model" | "nearest-gpu:<key>" | ".../model" | "fallback"
-    exact: bool = False  # the shape itself was measured
-    reason: str = ""  # for "fallback", "nearest-gpu:*" and a twin model's prediction: why, in words
+    - ``variant``, ``config_items`` (``((name, value), ...)``; ``config`` is a fresh plain dict on every access);
+    - ``predicted_us``: the table's predicted time, or None;
+    - ``gpu``, ``dtype``: the canonical names answered for;
+    - ``source``: "table" | "model" | "predicted" | "predicted/model" | "nearest-gpu:<key>" | ".../model" | "fallback";
+    - ``exact``: the shape itself was measured;
+    - ``reason``: for "fallback", "nearest-gpu:*" and a twin model's prediction: why, in words.
+    ``choice._replace(field=value)`` gives a changed copy.
+    """
+
+    __slots__ = ()
 
     @property
     def config(self) -> dict[str, Any]:
@@ -231,7 +236,7 @@ class TableStore:
                     None) if spec else None
         if twin is not None:  # a model of the very same figures has a prediction: it is this GPU's too
             choice = self._answer(twin, gpu_key, m, n, "predicted")
-            return choice if choice.source == "fallback" else replace(choice, reason=(
+            return choice if choice.source == "fallback" else choice._replace(reason=(
                 f"predicted for {twin.gpu}, a model of the same specs as {gpu_key!r} (autotuner/lookup/gpu_models.py)"))
         donors = donor_order(spec, [g for g in self.gpus() if (t := self.get(g, dtype, method)) and not is_predicted(t)]) \
             if spec else []
@@ -246,13 +251,13 @@ class TableStore:
                   f"{gpu_key!r} runs")
         warnings.warn(reason, RuntimeWarning, stacklevel=5)
         choice = self._answer(self.get(donor, dtype, method), gpu_key, m, n, f"nearest-gpu:{donor}")
-        return choice if choice.source == "fallback" else replace(choice, reason=reason)
+        return choice if choice.source == "fallback" else choice._replace(reason=reason)
 
     def _answer(self, table: DispatchTable, gpu_key: str, m: int, n: int, source: str) -> KernelChoice:
         """``table``'s answer for (m, n) on ``gpu_key``, among the candidates that GPU runs."""
         if m == 0:
             choice = self._answer(table, gpu_key, 1, n, source)
-            return replace(choice, predicted_us=0.0, exact=False, reason=ZERO_ROWS_REASON)
+            return choice._replace(predicted_us=0.0, exact=False, reason=ZERO_ROWS_REASON)
         number, runnable = self._views.get((table, gpu_key)) or self._view(table, gpu_key)
         candidate, predicted_us, exact, rule, reason = table.answer(m, n, 0 if number is None else number)
         if number is None and candidate is not None and candidate not in runnable:
@@ -296,19 +301,14 @@ def is_predicted(table: DispatchTable) -> bool:
     return table.document.get("source") == "predicted"
 
 
-_new_object = object.__new__
+_new_tuple = tuple.__new__
 
 
 def _choice(variant: str, config_items: tuple[tuple[str, Any], ...], predicted_us: float | None, gpu: str,
             dtype: str, source: str, exact: bool) -> KernelChoice:
-    """``KernelChoice(variant, ..., exact)`` with its fields set in one step, not one
-    ``object.__setattr__`` call per field as the frozen dataclass's ``__init__`` does: 0.35 µs against
-    0.8 µs on the CPU machine, of a first lookup of 7-30 µs. tests/autotuner/test_select.py checks
-    that the two agree field for field."""
-    choice = _new_object(KernelChoice)
-    choice.__dict__.update({"variant": variant, "config_items": config_items, "predicted_us": predicted_us,
-                            "gpu": gpu, "dtype": dtype, "source": source, "exact": exact, "reason": ""})
-    return choice
+    """``KernelChoice(variant, ..., exact)`` without the keyword handling of the generated
+    ``__new__``: on a first lookup's path. tests/autotuner/test_select.py checks that the two agree."""
+    return _new_tuple(KernelChoice, (variant, config_items, predicted_us, gpu, dtype, source, exact, ""))
 
 
 def fitted_tables_folder(database: Path) -> Path:

@@ -44,9 +44,13 @@ import sys
 import zlib
 from array import array
 from bisect import bisect_right
+from collections import namedtuple
+from collections.abc import Mapping
 from math import log2
-from dataclasses import dataclass
-from typing import Any, Mapping
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the lookup's import stays light
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMAT_VERSION = 2
 CONVERT_COMMAND = "autotuner convert-tables FILE..."
@@ -61,11 +65,11 @@ class TableFormatError(ValueError):
     """A table document that this program cannot read, with what is wrong in it."""
 
 
-@dataclass(frozen=True)
-class Pick:
-    candidate: int  # index into the table's candidates
-    predicted_us: float | None
-    exact: bool  # the shape itself was measured
+class Pick(namedtuple("Pick", "candidate predicted_us exact")):
+    """A table's pick: ``candidate`` (index into its candidates), ``predicted_us`` (or None), ``exact``
+    (the shape itself was measured)."""
+
+    __slots__ = ()
 
 
 def encode_array(values: array) -> str:

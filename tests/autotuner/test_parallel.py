@@ -2,7 +2,6 @@
 whole shape groups per worker, the quick-drop hint per shape, faults isolated per worker."""
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 
@@ -171,7 +170,7 @@ def test_two_sweeps_on_postgresql_split_the_work_without_duplicates():
         scoped = f"{url}?options=-csearch_path%3D{schema}"
         # memory_bytes left out: gpu_models.memory_bytes is a 32-bit column on PostgreSQL (see
         # tests/db/test_postgres_limits.py), which this test is not about.
-        sweeps = run_two_sweeps_at_once(scoped, dataclasses.replace(GPU, memory_bytes=None))
+        sweeps = run_two_sweeps_at_once(scoped, GPU._replace(memory_bytes=None))
         for sweep in sweeps:
             sweep.engine.dispose()
     finally:

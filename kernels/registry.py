@@ -1,0 +1,107 @@
+"""The registry of softmax variants: ``all_variants()``, ``get_variant(name)``, and run-time additions.
+
+A variant module that cannot be imported here (no Triton, say) is listed as unavailable with the
+reason instead of breaking the registry.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+from functools import lru_cache
+
+from kernels.base import Build, KernelConfig, Support, Variant
+
+log = logging.getLogger(__name__)
+
+# (module, class) of every registered variant, in the order `autotuner kernels` lists them.
+_REGISTRY: tuple[tuple[str, str], ...] = (
+    ("kernels.torch_baseline", "TorchSoftmax"),
+    # CUDA C++ through CuPy: row held in registers
+    ("kernels.cuda.warp_row", "WarpRowCuda"),
+    ("kernels.cuda.short_rows", "ShortRowsCuda"),
+    ("kernels.cuda.block_fused", "BlockFusedCuda"),
+    ("kernels.cuda.block_online", "BlockOnlineCuda"),
+    ("kernels.cuda.packed16", "Packed16Cuda"),
+    # CUDA C++: rows larger than one block's registers
+    ("kernels.cuda.two_pass", "TwoPassCuda"),
+    ("kernels.cuda.split_row", "SplitRowCuda"),
+    ("kernels.cuda.smem_cache", "SmemCacheMediumCuda"),
+    ("kernels.cuda.smem_cache", "SmemCacheExtremeCuda"),
+    ("kernels.cuda.cluster_split", "ClusterSplitCuda"),
+    ("kernels.cuda.cluster_keep", "ClusterKeepCuda"),
+    ("kernels.cuda.grid_split", "GridSplitCuda"),
+    ("kernels.cuda.long_split", "LongSplitCuda"),
+    # Triton
+    ("kernels.triton_impl.fused_row", "TritonFusedRow"),
+    ("kernels.triton_impl.one_row", "TritonOneRow"),
+    ("kernels.triton_impl.tiled", "TritonTiledThreePass"),
+    ("kernels.triton_impl.online_tiled", "TritonOnlineTwoPass"),
+    ("kernels.triton_impl.split_row", "TritonSplitRow"),
+    # optional and third-party
+    ("kernels.cute_online", "CuteOnline"),
+    ("kernels.external", "QuackSoftmax"),
+    ("kernels.external", "LigerSoftmax"),
+)
+
+_extra: list[Variant] = []
+
+
+class UnimportableVariant(Variant):
+    """Stands in for a variant whose module failed to import, so listings can say why."""
+
+    backend = "unknown"
+
+    def __init__(self, name: str, reason: str):
+        self._name = name
+        self._reason = reason
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self._name
+
+    def available(self) -> Support:
+        return Support(False, self._reason)
+
+    def all_configs(self) -> list[KernelConfig]:
+        return []
+
+    def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
+        raise RuntimeError(self._reason)
+
+
+@lru_cache(maxsize=1)
+def _registered() -> tuple[Variant, ...]:
+    variants: list[Variant] = []
+    for module_name, class_name in _REGISTRY:
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+            variants.append(cls())
+        except Exception as exc:  # an optional backend missing must not hide the others
+            log.warning("variant %s.%s not importable: %s", module_name, class_name, exc)
+            variants.append(UnimportableVariant(class_name, f"import failed: {type(exc).__name__}: {exc}"))
+    return tuple(variants)
+
+
+def all_variants() -> list[Variant]:
+    """Every registered variant, plus any registered at run time (tests register faulting ones)."""
+    return [*_registered(), *_extra]
+
+
+def get_variant(name: str) -> Variant:
+    for variant in all_variants():
+        if variant.name == name:
+            return variant
+    known = ", ".join(v.name for v in all_variants())
+    raise KeyError(f"unknown variant {name!r}; registered: {known}")
+
+
+def register_variant(variant: Variant) -> None:
+    """Add a variant at run time (used by tests for deliberately faulting kernels)."""
+    if any(v.name == variant.name for v in all_variants()):
+        raise ValueError(f"variant {variant.name!r} is already registered")
+    _extra.append(variant)
+
+
+def unregister_variant(name: str) -> None:
+    _extra[:] = [v for v in _extra if v.name != name]
+
