@@ -159,6 +159,7 @@ class _Model:
         self._series: dict[tuple[int, int], list[tuple[int, float]]] = {}
         self._lines: dict[tuple[int, int], tuple] = {}
         self._edges: dict[int, int] = {}
+        self._timed_rows: dict[int, tuple[list[int], list[tuple]]] = {}
 
     def inside(self, m: int, n: int) -> bool:
         return self.n_lo <= n <= self.n_hi and m <= self.m_hi
@@ -167,10 +168,11 @@ class _Model:
         """``scaled`` along M over the rows' times at n, reading only the rows it needs: the first row
         at or above m with a time, and below it the nearest one (or, past the largest row, the two
         that give the exponent)."""
-        x, rows, at = max(m, 1), self.row_ms, self._at
+        rows, lines = self._timed_rows.get(index) or self._timed(index)
+        x, at = max(m, 1), _line_time
         start = bisect.bisect_left(rows, x)
         for k in range(start, len(rows)):  # the first row at or above x with a time
-            above = at(index, rows[k], n)
+            above = at(lines[k], n)
             if above is not None:
                 hi = rows[k]
                 break
@@ -180,7 +182,7 @@ class _Model:
             time = above
         else:
             below = start - 1  # the rows below x, nearest first
-            while below >= 0 and (t_lo := at(index, rows[below], n)) is None:
+            while below >= 0 and (t_lo := at(lines[below], n)) is None:
                 below -= 1
             if below < 0:
                 return None
@@ -192,7 +194,7 @@ class _Model:
                 last = (rows[below], t_lo)
                 second = previous = None
                 for k in range(below - 1, -1, -1):  # the nearest row at least a factor 2 below, else the next one
-                    t = at(index, rows[k], n)
+                    t = at(lines[k], n)
                     if t is None:
                         continue
                     previous = previous or (rows[k], t)
@@ -209,25 +211,13 @@ class _Model:
         """The least time the shape can take: its bytes (read + write) at the copy's best bandwidth."""
         return 2 * m * n / self.copy_rate if self.copy_rate else 0.0
 
-    def _at(self, index: int, row_m: int, n: int) -> float | None:
-        """``scaled(self._row_series(index, row_m), n)`` from the series' sizes, times, log times, log
-        size ratios and extrapolation exponent, worked out once per (candidate, row)."""
-        sizes, times, log_times, log_ratios, exponent, reach = self._line(index, row_m)
-        if not sizes or n < sizes[0]:
-            return None
-        upper = bisect.bisect_left(sizes, n)
-        if upper < len(sizes):
-            if upper == 0 or sizes[upper] == n:
-                return times[upper]
-            weight = math.log(n / sizes[upper - 1]) / log_ratios[upper]
-            return math.exp((1 - weight) * log_times[upper - 1] + weight * log_times[upper])
-        if n > reach:  # far past this row's end, while other rows measured the candidate further
-            return None
-        if exponent is None:  # one size measured: the work's scaling
-            return times[-1] * n / sizes[-1]
-        if exponent > SCALE_LIMIT:
-            return None
-        return times[-1] * (n / sizes[-1]) ** max(exponent, 0.0)
+    def _timed(self, index: int) -> tuple[list[int], list[tuple]]:
+        """The rows where the candidate has a time at some N, ascending, and its line on each (kept):
+        ``_line_time`` is None on every other row, so ``time`` reads the same rows and answers the same
+        as over all rows, without visiting the others (an index build asks ~10^6 times)."""
+        rows = [row_m for row_m in self.row_ms if self._row_series(index, row_m)]
+        timed = self._timed_rows[index] = (rows, [self._line(index, row_m) for row_m in rows])
+        return timed
 
     def _line(self, index: int, row_m: int) -> tuple:
         """:func:`_line` of the candidate's series on the row, worked out once."""
@@ -253,8 +243,29 @@ class _Model:
         return series
 
 
+def _line_time(line: tuple, n: int) -> float | None:
+    """``scaled(series, n)`` from one candidate's line on one row (``_line``: its sizes, times, log
+    times, log size ratios and extrapolation exponent, worked out once per candidate and row)."""
+    sizes, times, log_times, log_ratios, exponent, reach = line
+    if not sizes or n < sizes[0]:
+        return None
+    upper = bisect.bisect_left(sizes, n)
+    if upper < len(sizes):
+        if upper == 0 or sizes[upper] == n:
+            return times[upper]
+        weight = math.log(n / sizes[upper - 1]) / log_ratios[upper]
+        return math.exp((1 - weight) * log_times[upper - 1] + weight * log_times[upper])
+    if n > reach:  # far past this row's end, while other rows measured the candidate further
+        return None
+    if exponent is None:  # one size measured: the work's scaling
+        return times[-1] * n / sizes[-1]
+    if exponent > SCALE_LIMIT:
+        return None
+    return times[-1] * (n / sizes[-1]) ** max(exponent, 0.0)
+
+
 def _line(series: Sequence[tuple[int, float]], edge: int) -> tuple:
-    """One candidate's (size, time) series on one row as ``_Model._at`` reads it: (sizes, times, log
+    """One candidate's (size, time) series on one row as ``_line_time`` reads it: (sizes, times, log
     times, log(size / previous size), the exponent past the largest size (None where one size was
     measured), the largest size it is extrapolated to), each the value ``scaled`` computes from the
     series. ``edge`` is the largest size the candidate was measured at on any row: a row that ends

@@ -63,6 +63,8 @@ import bisect
 import math
 from typing import Any, Container, Iterable, Mapping, Sequence
 
+import numpy as np
+
 from autotuner.lookup.table import Pick, TableFields, TableFormatError
 
 from autotuner.fit import regret
@@ -123,7 +125,7 @@ class RuleTable(TableFields):
         self._modulus = modulus if 0 < modulus <= 1024 else 0
         self._allowed_sets: dict[tuple, tuple[int, ...]] = {}
         self._layouts: dict[int, Layout] = {}
-        self._point_logs: dict[int, list[tuple[float, float]]] = {}  # class key -> (log2 m, log2 n) per point
+        self._point_logs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # class key -> log2 m, log2 n per point
         self._log_regret: dict[tuple[int, int], tuple[float | None, ...]] = {}
         self._log_times: dict[tuple[int, int], tuple[float | None, ...]] = {}
         self._gaps: dict[tuple[int, int], frozenset[int]] = {}
@@ -268,12 +270,21 @@ class RuleTable(TableFields):
         """The fastest allowed candidate at the nearest point (log-distance; ties: the earlier point)
         that measured one; the points' logs are kept per class."""
         key, points = self._class_points(n)
+        if not points:
+            return None
         logs = self._point_logs.get(key)
         if logs is None:
-            logs = self._point_logs[key] = [(_log2(p["m"]), _log2(p["n"])) for p in points]
-        lm, ln = _log2(m), _log2(n)
-        distances = sorted(((pm - lm) ** 2 + (pn - ln) ** 2, index) for index, (pm, pn) in enumerate(logs))
-        for _, index in distances:
+            logs = self._point_logs[key] = (np.array([_log2(p["m"]) for p in points]),
+                                            np.array([_log2(p["n"]) for p in points]))
+        dm, dn = logs[0] - _log2(m), logs[1] - _log2(n)
+        distances = dm * dm + dn * dn
+        # the nearest point first (argmin keeps the earlier of equals): it nearly always has an allowed
+        # candidate; only where it has none are the others sorted (a stable sort: ties, the earlier)
+        nearest = int(distances.argmin())
+        best = _fastest(points[nearest]["times"], allowed)
+        if best is not None:
+            return best, points[nearest]["times"][best], False
+        for index in np.argsort(distances, kind="stable").tolist():
             times = points[index]["times"]
             best = _fastest(times, allowed)
             if best is not None:
