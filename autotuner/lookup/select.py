@@ -49,6 +49,7 @@ def _warn(message: str, *args: Any) -> None:
 FALLBACK_VARIANT = "torch_softmax"
 DEFAULT_METHOD = "cold"
 CACHE_LIMIT = 1 << 16  # answers kept per store; a server fed endless new shapes must not grow forever
+SPELLINGS_KEPT = 64  # (dtype, gpu, method) spellings whose new shapes go straight to their table's reader
 
 
 _gpu_keys: dict[str, str] = {}  # a caller's GPU spelling -> its validated key
@@ -114,8 +115,11 @@ class TableStore:
         self._tables: dict[tuple[str, str, str], DispatchTable] = {}
         self._pending: dict[tuple[str, str, str], Callable[[], DispatchTable | None]] = {}
         self._cache: dict[tuple[int, int, str, str, str], KernelChoice] = {}
-        # (table, gpu) -> (its view, or None: none built for that GPU's kernels; those kernels, or None: all)
-        self._views: dict[tuple[DispatchTable, str], tuple[int | None, frozenset[int] | None]] = {}
+        # (table, gpu, source: None for the GPU's own table) -> the table's answers on that GPU
+        self._readers: dict[tuple[DispatchTable, str, str | None], _Reader] = {}
+        # a caller's (dtype, gpu or "", method) as spelled -> its GPU's own table's reader: a new shape's
+        # path, no name normalised again (at most SPELLINGS_KEPT; another spelling takes the long way)
+        self._spelled: dict[tuple[Any, str, str], _Reader] = {}
         # Each cached answer is a few garbage-collected objects; a process that caches answers
         # elsewhere (the service caches response bytes) keeps this small so full GC passes stay short.
         self._cache_limit = CACHE_LIMIT if cache_limit is None else cache_limit
@@ -129,7 +133,8 @@ class TableStore:
             self._pending.pop(table.key, None)
             self._tables[table.key] = table
             self._cache.clear()
-            self._views.clear()
+            self._readers.clear()
+            self._spelled.clear()
             self.generation += 1
 
     def add_lazy(self, key: tuple[str, str, str], load: Callable[[], DispatchTable | None]) -> None:
@@ -139,7 +144,8 @@ class TableStore:
             self._tables.pop(key, None)
             self._pending[key] = load
             self._cache.clear()
-            self._views.clear()
+            self._readers.clear()
+            self._spelled.clear()
             self.generation += 1
 
     def replace_all(self, tables: Iterable[DispatchTable]) -> None:
@@ -148,7 +154,8 @@ class TableStore:
             self._tables = fresh
             self._pending = {}
             self._cache.clear()
-            self._views.clear()
+            self._readers.clear()
+            self._spelled.clear()
             self.generation += 1
 
     def _table(self, key: tuple[str, str, str]) -> DispatchTable | None:
@@ -186,7 +193,7 @@ class TableStore:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        return self._keep(key, self._select_uncached(m, n, dtype, gpu, method, allow_fallback))
+        return self._first(key, m, n, dtype, gpu, method, allow_fallback)
 
     def select_canonical(self, m: int, n: int, dtype: str, gpu_key: str, method: str = DEFAULT_METHOD,
                          *, allow_fallback: bool = True) -> KernelChoice:
@@ -204,6 +211,22 @@ class TableStore:
         self._cache[key] = choice
         return choice
 
+    def _first(self, key: tuple[int, int, Any, str, str], m: int, n: int, dtype: str, gpu: str | None, method: str,
+               allow_fallback: bool = True) -> KernelChoice:
+        """``select``'s answer for ``key`` (its arguments), not cached: answered, then cached. Where
+        the spelling of (dtype, gpu, method) has met the GPU's own table, that table's reader answers
+        a shape of plain ints at once; anything else takes the long way (checks, names, fallbacks)."""
+        reader = self._spelled.get(key[2:])
+        if reader is not None and type(m) is int and type(n) is int and 0 < m <= MAX_DIM and 0 < n <= MAX_DIM:
+            choice = reader.choice(m, n)
+        else:
+            choice = self._select_uncached(m, n, dtype, gpu, method, allow_fallback)
+        cache = self._cache
+        if len(cache) >= self._cache_limit:
+            cache.clear()
+        cache[key] = choice
+        return choice
+
     def _select_uncached(self, m, n, dtype_name, gpu, method, allow_fallback) -> KernelChoice:
         if (type(m) is not int or type(n) is not int) and (  # plain ints skip the subclass tests
                 not isinstance(m, int) or not isinstance(n, int) or isinstance(m, bool) or isinstance(n, bool)):
@@ -214,16 +237,21 @@ class TableStore:
         dtype = DTYPE_ALIASES.get(dtype_name) if type(dtype_name) is str else None
         dtype = dtype or normalize_dtype(dtype_name)
         gpu_key = (_gpu_keys.get(gpu) or _gpu_key(gpu)) if gpu else (current_gpu_key() or "unknown")
-        own = self._tables.get((gpu_key, dtype, method))  # the usual case, one call shorter
-        if own is not None:
-            return self._answer(own, gpu_key, m, n, "predicted" if is_predicted(own) else "table")
+        own = self._table((gpu_key, dtype, method))
+        if own is not None and m:  # the usual case: this spelling's next new shapes take the short way
+            reader = self._readers.get((own, gpu_key, None)) or self._reader(own, gpu_key, None)
+            if len(self._spelled) < SPELLINGS_KEPT:
+                with self._lock:  # a table replaced meanwhile must not answer there
+                    if self._tables.get(own.key) is own:
+                        self._spelled[(dtype_name, gpu or "", method)] = reader
+            return reader.choice(m, n)
         return self._choose(m, n, dtype, gpu_key, method, allow_fallback)
 
     def _choose(self, m: int, n: int, dtype: str, gpu_key: str, method: str, allow_fallback: bool) -> KernelChoice:
         """The choice for canonical names: the GPU's own table, then the fallbacks in order."""
         own = self._table((gpu_key, dtype, method))
         if own is not None:  # never another GPU's table where this GPU has its own
-            return self._answer(own, gpu_key, m, n, "predicted" if is_predicted(own) else "table")
+            return self._answer(own, gpu_key, m, n, None)
         if not allow_fallback:
             raise UnknownGpuError(gpu_key, self.gpus())
         spec = gpu_spec(gpu_key)
@@ -253,34 +281,18 @@ class TableStore:
         choice = self._answer(self.get(donor, dtype, method), gpu_key, m, n, f"nearest-gpu:{donor}")
         return choice if choice.source == "fallback" else choice._replace(reason=reason)
 
-    def _answer(self, table: DispatchTable, gpu_key: str, m: int, n: int, source: str) -> KernelChoice:
-        """``table``'s answer for (m, n) on ``gpu_key``, among the candidates that GPU runs."""
+    def _answer(self, table: DispatchTable, gpu_key: str, m: int, n: int, source: str | None) -> KernelChoice:
+        """``table``'s answer for (m, n) on ``gpu_key``, among the candidates that GPU runs; ``source``
+        None: ``table`` is the GPU's own."""
         if m == 0:
             choice = self._answer(table, gpu_key, 1, n, source)
             return choice._replace(predicted_us=0.0, exact=False, reason=ZERO_ROWS_REASON)
-        number, runnable = self._views.get((table, gpu_key)) or self._view(table, gpu_key)
-        candidate, predicted_us, exact, rule, reason = table.answer(m, n, 0 if number is None else number)
-        if number is None and candidate is not None and candidate not in runnable:
-            candidate, predicted_us, rule = None, None, "no-view"
-            reason = (f"the {table.gpu} {table.dtype}/{table.timing_method} table's index holds no answers among "
-                      f"the kernels {gpu_key!r} runs, and its pick for ({m}, {n}) is not one of them: "
-                      f"`{CONVERT_COMMAND}` rebuilds the index with a view for it")
-        if candidate is None:
-            return KernelChoice(FALLBACK_VARIANT, (), predicted_us, gpu_key, table.dtype, "fallback", False, reason)
-        if rule == "model":
-            source = "model" if source == "table" else f"{source}/model"  # "predicted/model" too
-        variant, config_items = table.choice_fields[candidate]
-        return _choice(variant, config_items, predicted_us, gpu_key, table.dtype, source, exact)
+        return (self._readers.get((table, gpu_key, source)) or self._reader(table, gpu_key, source)).choice(m, n)
 
-    def _view(self, table: DispatchTable, gpu_key: str) -> tuple[int | None, frozenset[int] | None]:
-        """(the view of ``table`` answering among the kernels ``gpu_key`` runs, or None where the index
-        has none; those kernels, or None: all), kept per (table, GPU)."""
-        spec = gpu_spec(gpu_key)
-        # a GPU not listed in gpu_models runs what its own table holds (it was measured there)
-        runnable = runnable_candidates(table.candidates, table.gpu, spec) if spec else None
-        view = self._views[(table, gpu_key)] = (0, None) if runnable is None or \
-            len(runnable) == len(table.candidates) else (table.view_of(runnable), runnable)
-        return view
+    def _reader(self, table: DispatchTable, gpu_key: str, source: str | None) -> _Reader:
+        reader = self._readers[(table, gpu_key, source)] = \
+            _Reader(table, gpu_key, source or ("predicted" if is_predicted(table) else "table"))
+        return reader
 
     def own_view(self, gpu_key: str, dtype: str, method: str = DEFAULT_METHOD) -> tuple[DispatchTable, int] | None:
         """The GPU's own table and the view of it that ``select`` answers from, for a caller that reads
@@ -291,8 +303,8 @@ class TableStore:
         table = self._table((gpu_key, dtype, method))
         if table is None:
             return None
-        number = (self._views.get((table, gpu_key)) or self._view(table, gpu_key))[0]
-        return None if number is None else (table, number)
+        reader = self._readers.get((table, gpu_key, None)) or self._reader(table, gpu_key, None)
+        return None if reader.runnable is not None else (table, reader.view)
 
 
 def is_predicted(table: DispatchTable) -> bool:
@@ -304,11 +316,48 @@ def is_predicted(table: DispatchTable) -> bool:
 _new_tuple = tuple.__new__
 
 
-def _choice(variant: str, config_items: tuple[tuple[str, Any], ...], predicted_us: float | None, gpu: str,
-            dtype: str, source: str, exact: bool) -> KernelChoice:
-    """``KernelChoice(variant, ..., exact)`` without the keyword handling of the generated
-    ``__new__``: on a first lookup's path. tests/autotuner/test_select.py checks that the two agree."""
-    return _new_tuple(KernelChoice, (variant, config_items, predicted_us, gpu, dtype, source, exact, ""))
+class _Reader:
+    """One table's answers on one GPU: the view of the index that answers among the kernels the GPU
+    runs and, per index answer, the ``KernelChoice`` fields that do not depend on the shape, made
+    once; a new shape then costs the index's probe (``DispatchTable.locate``) and one tuple."""
+
+    __slots__ = ("table", "gpu", "dtype", "view", "runnable", "fields")
+
+    def __init__(self, table: DispatchTable, gpu_key: str, source: str):
+        self.table, self.gpu, self.dtype = table, gpu_key, table.dtype
+        spec = gpu_spec(gpu_key)
+        # a GPU not listed in gpu_models runs what its own table holds (it was measured there)
+        runnable = runnable_candidates(table.candidates, table.gpu, spec) if spec else None
+        number = 0 if runnable is None or len(runnable) == len(table.candidates) else table.view_of(runnable)
+        self.view = 0 if number is None else number
+        # None where the index has a view of exactly these kernels; else they, to screen view 0's picks
+        self.runnable = runnable if number is None else None
+        model_source = "model" if source == "table" else f"{source}/model"  # "predicted/model" too
+        # per answer: (variant, config_items, source), or None where it answers the fallback
+        self.fields = [None if candidate is None or (self.runnable is not None and candidate not in self.runnable)
+                       else (*table.choice_fields[candidate], model_source if rule == "model" else source)
+                       for candidate, rule, _ in table.answers]
+
+    def choice(self, m: int, n: int) -> KernelChoice:
+        """The answer for (m, n), m >= 1 (``KernelChoice(...)`` made without the keyword handling of
+        the generated ``__new__``: tests/autotuner/test_select.py checks that the two agree)."""
+        answer, predicted_us, exact = self.table.locate(m, n, self.view)
+        fields = self.fields[answer]
+        if fields is None:
+            return self._fallback(m, n, answer, predicted_us)
+        return _new_tuple(KernelChoice, (fields[0], fields[1], predicted_us, self.gpu, self.dtype, fields[2], exact, ""))
+
+    def _fallback(self, m: int, n: int, answer: int, predicted_us: float | None) -> KernelChoice:
+        table = self.table
+        candidate, _, reason = table.answers[answer]
+        if candidate is None:  # the index's fallback: its reason, for this shape
+            reason = reason.format(m=m, n=n) if reason else ""
+        else:  # view 0's pick, which this GPU does not run
+            predicted_us = None
+            reason = (f"the {table.gpu} {table.dtype}/{table.timing_method} table's index holds no answers among "
+                      f"the kernels {self.gpu!r} runs, and its pick for ({m}, {n}) is not one of them: "
+                      f"`{CONVERT_COMMAND}` rebuilds the index with a view for it")
+        return KernelChoice(FALLBACK_VARIANT, (), predicted_us, self.gpu, table.dtype, "fallback", False, reason)
 
 
 def fitted_tables_folder(database: Path) -> Path:
@@ -421,4 +470,4 @@ def select_kernel(m: int, n: int, dtype: str, gpu: str | None = None, *, timing_
     store = _default_store or default_store()
     key = (m, n, dtype, gpu or "", timing_method)
     hit = store._cache.get(key)
-    return hit if hit is not None else store._keep(key, store._select_uncached(m, n, dtype, gpu, timing_method, True))
+    return hit if hit is not None else store._first(key, m, n, dtype, gpu, timing_method)

@@ -59,6 +59,7 @@ CONVERT_COMMAND = "autotuner convert-tables FILE..."
 ARRAY_FIELDS = {"m_edges": "q", "band_start": "q", "n_edges": "q", "cell_ref": "q", "split_start": "q",
                 "split_m": "q", "split_leaf": "q", "leaf_answer": "q", "leaf_model": "f"}
 LEAF_MODEL = 6  # x0, y0, c0, c1, c2, c3 per leaf
+_NAN = float("nan")
 
 
 class TableFormatError(ValueError):
@@ -89,13 +90,21 @@ def decode_array(text: str, typecode: str) -> array:
 
 class _Partition:
     """One view and N class of the index, its arrays decoded into lists (a bisect over a list of ints
-    reads them without building an object per probe, as it must over an array)."""
+    reads them without building an object per probe, as it must over an array), and its leaves as
+    ``leaves`` (per leaf, (answer, x0, y0, c0, c1, c2, c3): one tuple read per lookup, c0 NaN where
+    the leaf has no time, a fallback's included) and ``leaf_candidate`` (the answer's candidate)."""
 
-    __slots__ = tuple(ARRAY_FIELDS)
+    __slots__ = ("m_edges", "band_start", "n_edges", "cell_ref", "split_start", "split_m", "split_leaf",
+                 "leaves", "leaf_candidate")
 
-    def __init__(self, fields: Mapping[str, str]):
-        for name, code in ARRAY_FIELDS.items():
-            setattr(self, name, decode_array(fields[name], code).tolist())
+    def __init__(self, fields: Mapping[str, str], answers: list[tuple[int | None, str, str]]):
+        for name in self.__slots__[:7]:
+            setattr(self, name, decode_array(fields[name], ARRAY_FIELDS[name]).tolist())
+        leaf_answer = decode_array(fields["leaf_answer"], "q").tolist()
+        coefficients = iter(decode_array(fields["leaf_model"], "f").tolist())
+        self.leaves = [(answer, x0, y0, c0 if answers[answer][0] is not None else _NAN, c1, c2, c3)
+                       for answer, x0, y0, c0, c1, c2, c3 in zip(leaf_answer, *[coefficients] * LEAF_MODEL)]
+        self.leaf_candidate = [answers[answer][0] for answer in leaf_answer]
 
 
 def _leaf(partition: _Partition, m: int, n: int) -> int:
@@ -136,8 +145,12 @@ class DispatchTable(TableFields):
         self.views = {everyone - frozenset(view["excluded"]): number for number, view in enumerate(index["views"])}
         self.answers = [tuple(answer) for answer in index["answers"]]
         self._copy_rate = index.get("copy_rate") or 0.0
-        self._exact = [{(m, n): (self.answers[answer], time, exact) for m, n, answer, time, exact in points}
-                       for points in index["exact"]]
+        # per view, n -> m -> (answer, predicted_us, exact), as ``locate`` returns it: by N first, as a
+        # shape's N is seldom a measured one, and an int's hash costs less than an (m, n) tuple's
+        self._exact: list[dict[int, dict[int, tuple[int, float | None, bool]]]] = [{} for _ in index["views"]]
+        for by_n, points in zip(self._exact, index["exact"]):
+            for m, n, answer, time, exact in points:
+                by_n.setdefault(n, {})[m] = (answer, time, exact)
         self._encoded = index["partitions"]
         # per view, per N % 8 != 0: decoded on first use
         self._partitions: list[list[_Partition | None]] = [[None, None] for _ in index["views"]]
@@ -147,42 +160,55 @@ class DispatchTable(TableFields):
         no view of exactly that set."""
         return 0 if runnable is None else self.views.get(runnable)
 
-    def answer(self, m: int, n: int, view: int = 0) -> tuple[int | None, float | None, bool, str, str]:
-        """(candidate or None for the fallback, predicted_us, exact, rule, reason) for (m, n), m >= 1."""
-        found = self._exact[view].get((m, n))
-        if found is not None:
-            (candidate, rule, reason), time, exact = found
-            return candidate, time, exact, rule, reason.format(m=m, n=n) if reason else ""
-        partition = self._partitions[view][n & 7 != 0] or self._decode(view, n & 7 != 0)
-        leaf = _leaf(partition, m, n)
-        candidate, rule, reason = self.answers[partition.leaf_answer[leaf]]
-        if candidate is None:
-            return None, None, False, rule, reason.format(m=m, n=n)
-        x0, y0, c0, c1, c2, c3 = partition.leaf_model[LEAF_MODEL * leaf:LEAF_MODEL * leaf + LEAF_MODEL]
-        if c0 != c0:  # NaN: the rule gave no time here
-            return candidate, None, False, rule, ""
-        dx = (log2(m) if m > 1 else 0.0) - x0
-        dy = (log2(n) if n > 1 else 0.0) - y0
+    def locate(self, m: int, n: int, view: int = 0) -> tuple[int, float | None, bool]:
+        """(answer: an index into ``answers``, predicted_us or None, exact) for (m, n), m >= 1: the
+        index's whole work for a shape, without the answer's fields (``answer`` reads them; the
+        embedded lookup keeps them per answer, made once)."""
+        measured = self._exact[view].get(n)
+        if measured is not None and m in measured:
+            return measured[m]
+        odd = n & 7 != 0
+        partition = self._partitions[view][odd] or self._decode(view, odd)
+        band_start = partition.band_start
+        band = bisect_right(partition.m_edges, m) - 1
+        leaf = partition.cell_ref[bisect_right(partition.n_edges, n, band_start[band], band_start[band + 1]) - 1]
+        if leaf < 0:
+            split_start = partition.split_start
+            leaf = partition.split_leaf[bisect_right(partition.split_m, m, split_start[-leaf - 1], split_start[-leaf]) - 1]
+        answer, x0, y0, c0, c1, c2, c3 = partition.leaves[leaf]
+        if c0 != c0:  # NaN: the rule gave no time here (or the leaf answers the fallback)
+            return answer, None, False
+        dx = log2(m) - x0  # m, n >= 1: log2 1 is 0.0, as the fit's model reads it
+        dy = log2(n) - y0
         time = 2.0 ** (c0 + c1 * dx + c2 * dy + c3 * dx * dy)
         floor = 2 * m * n / self._copy_rate if self._copy_rate else 0.0
-        return candidate, time if time > floor else floor, False, rule, ""
+        return answer, time if time > floor else floor, False
+
+    def answer(self, m: int, n: int, view: int = 0) -> tuple[int | None, float | None, bool, str, str]:
+        """(candidate or None for the fallback, predicted_us, exact, rule, reason) for (m, n), m >= 1;
+        ``reason`` is a fallback's, for this shape (an answer with a candidate has none)."""
+        answer, time, exact = self.locate(m, n, view)
+        candidate, rule, reason = self.answers[answer]
+        return candidate, time, exact, rule, reason.format(m=m, n=n) if reason else ""
 
     def pick(self, m: int, n: int, view: int = 0) -> int | None:
         """``answer(m, n, view)``'s candidate alone (None: the fallback), m >= 1: the same probe and
         bisects, without the time model and the reason (the runtime's new-shape path needs neither)."""
-        found = self._exact[view].get((m, n))
-        if found is not None:
-            return found[0][0]
-        partition = self._partitions[view][n & 7 != 0] or self._decode(view, n & 7 != 0)
-        return self.answers[partition.leaf_answer[_leaf(partition, m, n)]][0]
+        measured = self._exact[view].get(n)
+        if measured is not None and m in measured:
+            return self.answers[measured[m][0]][0]
+        odd = n & 7 != 0
+        partition = self._partitions[view][odd] or self._decode(view, odd)
+        return partition.leaf_candidate[_leaf(partition, m, n)]
 
     def lookup(self, m: int, n: int) -> Pick | None:
         """The index's pick for (m, n) among every candidate, or None where it answers the fallback."""
-        candidate, predicted_us, exact, _, _ = self.answer(max(m, 1), n)
+        answer, predicted_us, exact = self.locate(max(m, 1), n)
+        candidate = self.answers[answer][0]
         return None if candidate is None else Pick(candidate, predicted_us, exact)
 
     def _decode(self, view: int, odd: bool) -> _Partition:
-        partition = self._partitions[view][odd] = _Partition(self._encoded[view][odd])
+        partition = self._partitions[view][odd] = _Partition(self._encoded[view][odd], self.answers)
         return partition
 
 

@@ -35,15 +35,17 @@ def test_choice_is_immutable_and_its_config_a_fresh_plain_dict():
 
 
 def test_a_choice_built_on_the_first_lookup_path_equals_one_built_field_by_field():
-    from autotuner.lookup.select import _choice
-
-    fast = _choice("cuda_block", (("block", 256), ("vec", 4)), 3.5, "h100", "bf16", "table", True)
-    plain = KernelChoice("cuda_block", (("block", 256), ("vec", 4)), 3.5, "h100", "bf16", "table", True)
-    assert fast == plain and hash(fast) == hash(plain) and repr(fast) == repr(plain)
-    assert list(fast._asdict().items()) == list(plain._asdict().items())
-    assert type(fast) is KernelChoice and fast.reason == "" and fast.exact is True
-    with pytest.raises(AttributeError):
-        fast.variant = "other"  # type: ignore[misc]
+    store = store_with("h100")
+    # the first lookup takes the long way, the next new shapes the spelling's reader: both build with tuple.__new__
+    for m, n, exact in ((4096, 1024, True), (1000, 3000, False), (1, 65536, True), (77, 50001, False)):
+        fast = store.select(m, n, "bf16", "h100")
+        plain = KernelChoice(*fast)  # through the generated __new__
+        assert fast == plain and hash(fast) == hash(plain) and repr(fast) == repr(plain)
+        assert list(fast._asdict().items()) == list(plain._asdict().items())
+        assert type(fast) is KernelChoice and fast.reason == "" and fast.exact is exact and fast.source == "table"
+        with pytest.raises(AttributeError):
+            fast.variant = "other"  # type: ignore[misc]
+    assert ("bf16", "h100", "cold") in store._spelled
 
 
 def test_missing_gpu_falls_back_to_nearest_model_with_a_warning():
