@@ -89,32 +89,36 @@ def decode_array(text: str, typecode: str) -> array:
 
 
 class _Partition:
-    """One view and N class of the index, its arrays decoded into lists (a bisect over a list of ints
-    reads them without building an object per probe, as it must over an array), and its leaves as
-    ``leaves`` (per leaf, (answer, x0, y0, c0, c1, c2, c3): one tuple read per lookup, c0 NaN where
-    the leaf has no time, a fallback's included) and ``leaf_candidate`` (the answer's candidate)."""
+    """One view and N class of the index, decoded for lookups: ``m_edges`` (the bands' lower edges)
+    and per band ``bands[b]``: (its cells' lower N edges, its cells), a cell being its leaf or, where
+    it is split along M, a list [the ranges' lower M edges, their leaves]. A leaf is the tuple
+    (answer, candidate, x0, y0, c0, c1, c2, c3), c0 NaN where it has no time (a fallback's included).
+    Lists, not arrays: a bisect over a list of ints builds no object per probe, as it must over an
+    array; and a lookup reads one tuple where it would index six arrays."""
 
-    __slots__ = ("m_edges", "band_start", "n_edges", "cell_ref", "split_start", "split_m", "split_leaf",
-                 "leaves", "leaf_candidate")
+    __slots__ = ("m_edges", "bands")
 
     def __init__(self, fields: Mapping[str, str], answers: list[tuple[int | None, str, str]]):
-        for name in self.__slots__[:7]:
-            setattr(self, name, decode_array(fields[name], ARRAY_FIELDS[name]).tolist())
-        leaf_answer = decode_array(fields["leaf_answer"], "q").tolist()
-        coefficients = iter(decode_array(fields["leaf_model"], "f").tolist())
-        self.leaves = [(answer, x0, y0, c0 if answers[answer][0] is not None else _NAN, c1, c2, c3)
-                       for answer, x0, y0, c0, c1, c2, c3 in zip(leaf_answer, *[coefficients] * LEAF_MODEL)]
-        self.leaf_candidate = [answers[answer][0] for answer in leaf_answer]
+        arrays = {name: decode_array(fields[name], code).tolist() for name, code in ARRAY_FIELDS.items()}
+        coefficients = iter(arrays["leaf_model"])
+        leaves = [(answer, answers[answer][0], x0, y0, _NAN if answers[answer][0] is None else c0, c1, c2, c3)
+                  for answer, x0, y0, c0, c1, c2, c3 in zip(arrays["leaf_answer"], *[coefficients] * LEAF_MODEL)]
+        split_start, split_m, split_leaf = arrays["split_start"], arrays["split_m"], arrays["split_leaf"]
+        # cell_ref: a leaf's number, or -(split + 1) for a cell split along M
+        cells = [leaves[ref] if ref >= 0 else [split_m[split_start[~ref]:split_start[~ref + 1]],
+                                               [leaves[i] for i in split_leaf[split_start[~ref]:split_start[~ref + 1]]]]
+                 for ref in arrays["cell_ref"]]
+        band_start, n_edges = arrays["band_start"], arrays["n_edges"]
+        self.m_edges = arrays["m_edges"]
+        self.bands = [(n_edges[a:b], cells[a:b]) for a, b in zip(band_start, band_start[1:])]
 
 
-def _leaf(partition: _Partition, m: int, n: int) -> int:
+def _leaf(partition: _Partition, m: int, n: int) -> tuple:
     """The leaf of (m, n): bisect into the M band, its N cell, and the cell's M range where it has them."""
-    band = bisect_right(partition.m_edges, m) - 1
-    band_start = partition.band_start
-    leaf = partition.cell_ref[bisect_right(partition.n_edges, n, band_start[band], band_start[band + 1]) - 1]
-    if leaf < 0:
-        split_start = partition.split_start
-        leaf = partition.split_leaf[bisect_right(partition.split_m, m, split_start[-leaf - 1], split_start[-leaf]) - 1]
+    n_edges, cells = partition.bands[bisect_right(partition.m_edges, m) - 1]
+    leaf = cells[bisect_right(n_edges, n) - 1]
+    if type(leaf) is list:  # split along M
+        leaf = leaf[1][bisect_right(leaf[0], m) - 1]
     return leaf
 
 
@@ -169,13 +173,7 @@ class DispatchTable(TableFields):
             return measured[m]
         odd = n & 7 != 0
         partition = self._partitions[view][odd] or self._decode(view, odd)
-        band_start = partition.band_start
-        band = bisect_right(partition.m_edges, m) - 1
-        leaf = partition.cell_ref[bisect_right(partition.n_edges, n, band_start[band], band_start[band + 1]) - 1]
-        if leaf < 0:
-            split_start = partition.split_start
-            leaf = partition.split_leaf[bisect_right(partition.split_m, m, split_start[-leaf - 1], split_start[-leaf]) - 1]
-        answer, x0, y0, c0, c1, c2, c3 = partition.leaves[leaf]
+        answer, _, x0, y0, c0, c1, c2, c3 = _leaf(partition, m, n)
         if c0 != c0:  # NaN: the rule gave no time here (or the leaf answers the fallback)
             return answer, None, False
         dx = log2(m) - x0  # m, n >= 1: log2 1 is 0.0, as the fit's model reads it
@@ -199,7 +197,7 @@ class DispatchTable(TableFields):
             return self.answers[measured[m][0]][0]
         odd = n & 7 != 0
         partition = self._partitions[view][odd] or self._decode(view, odd)
-        return partition.leaf_candidate[_leaf(partition, m, n)]
+        return _leaf(partition, m, n)[1]
 
     def lookup(self, m: int, n: int) -> Pick | None:
         """The index's pick for (m, n) among every candidate, or None where it answers the fallback."""
