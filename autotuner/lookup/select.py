@@ -469,5 +469,16 @@ def select_kernel(m: int, n: int, dtype: str, gpu: str | None = None, *, timing_
     # the warm path inlined (one dict probe): TableStore.select's cache, keyed as it keys it
     store = _default_store or default_store()
     key = (m, n, dtype, gpu or "", timing_method)
-    hit = store._cache.get(key)
-    return hit if hit is not None else store._first(key, m, n, dtype, gpu, timing_method)
+    cache = store._cache
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    # and TableStore._first's short way for a new shape, inlined
+    reader = store._spelled.get(key[2:])
+    if reader is None or type(m) is not int or type(n) is not int or not (0 < m <= MAX_DIM and 0 < n <= MAX_DIM):
+        return store._first(key, m, n, dtype, gpu, timing_method)
+    choice = reader.choice(m, n)
+    if len(cache) >= store._cache_limit:
+        cache.clear()
+    cache[key] = choice
+    return choice
