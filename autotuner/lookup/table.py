@@ -99,15 +99,17 @@ class _Partition:
     __slots__ = ("m_edges", "bands")
 
     def __init__(self, fields: Mapping[str, str], answers: list[tuple[int | None, str, str]]):
+        # built with zip and map where it can: a process's first lookup decodes a partition or two
         arrays = {name: decode_array(fields[name], code).tolist() for name, code in ARRAY_FIELDS.items()}
-        coefficients = iter(arrays["leaf_model"])
-        leaves = [(answer, answers[answer][0], x0, y0, _NAN if answers[answer][0] is None else c0, c1, c2, c3)
-                  for answer, x0, y0, c0, c1, c2, c3 in zip(arrays["leaf_answer"], *[coefficients] * LEAF_MODEL)]
+        candidates = [answer[0] for answer in answers]
+        leaf_answer, coefficients = arrays["leaf_answer"], iter(arrays["leaf_model"])
+        leaves = list(zip(leaf_answer, map(candidates.__getitem__, leaf_answer), *[coefficients] * LEAF_MODEL))
+        if None in candidates:  # a fallback's leaf has no time, whatever its model holds
+            leaves = [leaf if leaf[1] is not None else leaf[:4] + (_NAN,) + leaf[5:] for leaf in leaves]
         split_start, split_m, split_leaf = arrays["split_start"], arrays["split_m"], arrays["split_leaf"]
-        # cell_ref: a leaf's number, or -(split + 1) for a cell split along M
-        cells = [leaves[ref] if ref >= 0 else [split_m[split_start[~ref]:split_start[~ref + 1]],
-                                               [leaves[i] for i in split_leaf[split_start[~ref]:split_start[~ref + 1]]]]
-                 for ref in arrays["cell_ref"]]
+        splits = [[split_m[a:b], [leaves[i] for i in split_leaf[a:b]]] for a, b in zip(split_start, split_start[1:])]
+        # cell_ref: a leaf's number, or -(s + 1) for split s, which the reversed splits after the leaves hold
+        cells = list(map((leaves + splits[::-1]).__getitem__, arrays["cell_ref"]))
         band_start, n_edges = arrays["band_start"], arrays["n_edges"]
         self.m_edges = arrays["m_edges"]
         self.bands = [(n_edges[a:b], cells[a:b]) for a, b in zip(band_start, band_start[1:])]
