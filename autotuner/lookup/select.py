@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 import threading
 import warnings
-from collections import namedtuple
 from pathlib import Path
 
 from autotuner.domain import MAX_DIM
 from autotuner.lookup.gpu import current_gpu_key, validate_gpu_key
-from autotuner.lookup.gpu_models import GPU_MODELS, donor_order, gpu_spec, runnable_candidates, same_specs
-from autotuner.lookup.table import CONVERT_COMMAND, DispatchTable, TableFormatError
+from autotuner.lookup.gpu_models import GPU_MODELS, donor_order, gpu_spec, same_specs
+from autotuner.lookup.choice import FALLBACK_VARIANT, KernelChoice, TableReader
+from autotuner.lookup.table import DispatchTable, TableFormatError
 from kernels.dtypes import DTYPE_ALIASES, normalize_dtype
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a first lookup's import stays light
@@ -46,7 +46,6 @@ def _warn(message: str, *args: Any) -> None:
 
     logging.getLogger(__name__).warning(message, *args)
 
-FALLBACK_VARIANT = "torch_softmax"
 DEFAULT_METHOD = "cold"
 CACHE_LIMIT = 1 << 16  # answers kept per store; a server fed endless new shapes must not grow forever
 SPELLINGS_KEPT = 64  # (dtype, gpu, method) spellings whose new shapes go straight to their table's reader
@@ -75,37 +74,6 @@ class UnknownGpuError(LookupError):
         super().__init__(f"no dispatch table for GPU {gpu!r}; known: {', '.join(self.known) or 'none'}")
 
 
-class KernelChoice(namedtuple("KernelChoice", "variant config_items predicted_us gpu dtype source exact reason",
-                              defaults=(False, ""))):
-    """What to run for one shape: an immutable record (a named tuple: light to import and to make).
-
-    - ``variant``, ``config_items`` (``((name, value), ...)``; ``config`` is a fresh plain dict on every access);
-    - ``predicted_us``: the table's predicted time, or None;
-    - ``gpu``, ``dtype``: the canonical names answered for;
-    - ``source``: "table" | "model" | "predicted" | "predicted/model" | "nearest-gpu:<key>" | ".../model" | "fallback";
-    - ``exact``: the shape itself was measured;
-    - ``reason``: for "fallback", "nearest-gpu:*" and a twin model's prediction: why, in words.
-    ``choice._replace(field=value)`` gives a changed copy.
-    """
-
-    __slots__ = ()
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return dict(self.config_items)
-
-    @property
-    def config_key(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in self.config_items)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "variant": self.variant, "config": self.config, "config_key": self.config_key,
-            "predicted_us": self.predicted_us, "gpu": self.gpu, "dtype": self.dtype,
-            "source": self.source, "exact": self.exact, "reason": self.reason,
-        }
-
-
 class TableStore:
     """The tables a process answers from, keyed by (gpu, dtype, timing method). A table may be added
     as a loader (:meth:`add_lazy`), read on its key's first use: a process that looks up one GPU and
@@ -116,10 +84,10 @@ class TableStore:
         self._pending: dict[tuple[str, str, str], Callable[[], DispatchTable | None]] = {}
         self._cache: dict[tuple[int, int, str, str, str], KernelChoice] = {}
         # (table, gpu, source: None for the GPU's own table) -> the table's answers on that GPU
-        self._readers: dict[tuple[DispatchTable, str, str | None], _Reader] = {}
+        self._readers: dict[tuple[DispatchTable, str, str | None], TableReader] = {}
         # a caller's (dtype, gpu or "", method) as spelled -> its GPU's own table's reader: a new shape's
         # path, no name normalised again (at most SPELLINGS_KEPT; another spelling takes the long way)
-        self._spelled: dict[tuple[Any, str, str], _Reader] = {}
+        self._spelled: dict[tuple[Any, str, str], TableReader] = {}
         # Each cached answer is a few garbage-collected objects; a process that caches answers
         # elsewhere (the service caches response bytes) keeps this small so full GC passes stay short.
         self._cache_limit = CACHE_LIMIT if cache_limit is None else cache_limit
@@ -218,14 +186,8 @@ class TableStore:
         a shape of plain ints at once; anything else takes the long way (checks, names, fallbacks)."""
         reader = self._spelled.get(key[2:])
         if reader is not None and type(m) is int and type(n) is int and 0 < m <= MAX_DIM and 0 < n <= MAX_DIM:
-            choice = reader.choice(m, n)
-        else:
-            choice = self._select_uncached(m, n, dtype, gpu, method, allow_fallback)
-        cache = self._cache
-        if len(cache) >= self._cache_limit:
-            cache.clear()
-        cache[key] = choice
-        return choice
+            return self._keep(key, reader.choice(m, n))
+        return self._keep(key, self._select_uncached(m, n, dtype, gpu, method, allow_fallback))
 
     def _select_uncached(self, m, n, dtype_name, gpu, method, allow_fallback) -> KernelChoice:
         if (type(m) is not int or type(n) is not int) and (  # plain ints skip the subclass tests
@@ -289,9 +251,9 @@ class TableStore:
             return choice._replace(predicted_us=0.0, exact=False, reason=ZERO_ROWS_REASON)
         return (self._readers.get((table, gpu_key, source)) or self._reader(table, gpu_key, source)).choice(m, n)
 
-    def _reader(self, table: DispatchTable, gpu_key: str, source: str | None) -> _Reader:
+    def _reader(self, table: DispatchTable, gpu_key: str, source: str | None) -> TableReader:
         reader = self._readers[(table, gpu_key, source)] = \
-            _Reader(table, gpu_key, source or ("predicted" if is_predicted(table) else "table"))
+            TableReader(table, gpu_key, source or ("predicted" if is_predicted(table) else "table"))
         return reader
 
     def own_view(self, gpu_key: str, dtype: str, method: str = DEFAULT_METHOD) -> tuple[DispatchTable, int] | None:
@@ -311,53 +273,6 @@ def is_predicted(table: DispatchTable) -> bool:
     """A table predicted for a GPU never measured (``autotuner predict``): it answers for its own GPU
     only, and only while that GPU has no measured table of its key (a measured one replaces it)."""
     return table.document.get("source") == "predicted"
-
-
-_new_tuple = tuple.__new__
-
-
-class _Reader:
-    """One table's answers on one GPU: the view of the index that answers among the kernels the GPU
-    runs and, per index answer, the ``KernelChoice`` fields that do not depend on the shape, made
-    once; a new shape then costs the index's probe (``DispatchTable.locate``) and one tuple."""
-
-    __slots__ = ("table", "gpu", "dtype", "view", "runnable", "fields")
-
-    def __init__(self, table: DispatchTable, gpu_key: str, source: str):
-        self.table, self.gpu, self.dtype = table, gpu_key, table.dtype
-        spec = gpu_spec(gpu_key)
-        # a GPU not listed in gpu_models runs what its own table holds (it was measured there)
-        runnable = runnable_candidates(table.candidates, table.gpu, spec) if spec else None
-        number = 0 if runnable is None or len(runnable) == len(table.candidates) else table.view_of(runnable)
-        self.view = 0 if number is None else number
-        # None where the index has a view of exactly these kernels; else they, to screen view 0's picks
-        self.runnable = runnable if number is None else None
-        model_source = "model" if source == "table" else f"{source}/model"  # "predicted/model" too
-        # per answer: (variant, config_items, source), or None where it answers the fallback
-        self.fields = [None if candidate is None or (self.runnable is not None and candidate not in self.runnable)
-                       else (*table.choice_fields[candidate], model_source if rule == "model" else source)
-                       for candidate, rule, _ in table.answers]
-
-    def choice(self, m: int, n: int) -> KernelChoice:
-        """The answer for (m, n), m >= 1 (``KernelChoice(...)`` made without the keyword handling of
-        the generated ``__new__``: tests/autotuner/test_select.py checks that the two agree)."""
-        answer, predicted_us, exact = self.table.locate(m, n, self.view)
-        fields = self.fields[answer]
-        if fields is None:
-            return self._fallback(m, n, answer, predicted_us)
-        return _new_tuple(KernelChoice, (fields[0], fields[1], predicted_us, self.gpu, self.dtype, fields[2], exact, ""))
-
-    def _fallback(self, m: int, n: int, answer: int, predicted_us: float | None) -> KernelChoice:
-        table = self.table
-        candidate, _, reason = table.answers[answer]
-        if candidate is None:  # the index's fallback: its reason, for this shape
-            reason = reason.format(m=m, n=n) if reason else ""
-        else:  # view 0's pick, which this GPU does not run
-            predicted_us = None
-            reason = (f"the {table.gpu} {table.dtype}/{table.timing_method} table's index holds no answers among "
-                      f"the kernels {self.gpu!r} runs, and its pick for ({m}, {n}) is not one of them: "
-                      f"`{CONVERT_COMMAND}` rebuilds the index with a view for it")
-        return KernelChoice(FALLBACK_VARIANT, (), predicted_us, self.gpu, table.dtype, "fallback", False, reason)
 
 
 def fitted_tables_folder(database: Path) -> Path:
