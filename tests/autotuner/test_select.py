@@ -48,6 +48,18 @@ def test_a_choice_built_on_the_first_lookup_path_equals_one_built_field_by_field
     assert ("bf16", "h100", "cold") in store._spelled
 
 
+def test_a_spelling_already_met_answers_its_next_new_shapes_from_the_table_that_replaced_its_own():
+    store = store_with("h100")
+    assert store.select(4096, 1024, "bfloat16", "H100").variant == "vector"  # the spelling's reader is kept
+    assert store.select(4096, 2048, "bfloat16", "H100").variant != "any"
+    only_any = {**document(), "candidates": [document()["candidates"][2]],
+                "points": [{**point, "times": [point["times"][2]]} for point in document()["points"]]}
+    store.add(DispatchTable(index_document(only_any)))
+    for m, n in ((4096, 1024), (4096, 2048), (77, 3001)):  # cached and new shapes alike
+        choice = store.select(m, n, "bfloat16", "H100")
+        assert choice.variant == "any" and choice.source in ("table", "model"), (m, n, choice)
+
+
 def test_missing_gpu_falls_back_to_nearest_model_with_a_warning():
     store = store_with("h100", "a100")
     with pytest.warns(RuntimeWarning, match="answered from the h100 table"):
