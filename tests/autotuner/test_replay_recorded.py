@@ -49,6 +49,16 @@ def fitted(recorded):
         return {dtype: fit_table(session, gpu, dtype) for dtype in dtypes}
 
 
+@pytest.fixture(scope="module")
+def default_rule_regret(recorded):
+    """Leave-one-out regret of fit's default rule per dtype, on the recording as recorded (``any_source``:
+    the kernels' sources may have moved on since): what the rule comparisons below hold against."""
+    engine, gpu, dtypes = recorded
+    with Session(engine) as session:
+        return {dtype: fit_table(session, gpu, dtype, any_source=True, save=False, with_index=False)["regret"]
+                for dtype in dtypes}
+
+
 def test_every_dtype_gets_a_table_with_cross_validated_regret(fitted):
     for dtype, document in fitted.items():
         regret = document["regret"]
@@ -88,7 +98,7 @@ def test_tables_choose_runnable_kernels_for_shapes_never_measured(fitted, record
             assert (choice.variant, choice.source) == ("torch_softmax", "fallback") and "outside" in choice.reason
 
 
-def test_local_regret_beats_interpolated_times_out_of_sample(recorded):
+def test_local_regret_beats_interpolated_times_out_of_sample(recorded, default_rule_regret):
     """Leave-one-out regret of fit's default rule and of interp-log on the recording as recorded
     (``any_source``: the kernels' sources may have moved on since); measured when the rule was
     chosen (local-regret-clamped geomean 1.021-1.049, p95 1.08-1.12; interp-log 1.04-1.10 and
@@ -96,14 +106,14 @@ def test_local_regret_beats_interpolated_times_out_of_sample(recorded):
     engine, gpu, dtypes = recorded
     with Session(engine) as session:
         for dtype in dtypes:
-            new = fit_table(session, gpu, dtype, any_source=True, save=False, with_index=False)["regret"]
+            new = default_rule_regret[dtype]
             old = fit_table(session, gpu, dtype, rule="interp-log", any_source=True, save=False, with_index=False)["regret"]
             assert new["geomean"] < old["geomean"] and new["p95"] < old["p95"], (dtype, new, old)
             # loose; test_clamped_rule_beats_the_previous_one_out_of_sample bounds the geomean closer
             assert new["geomean"] <= 1.08 and new["p95"] <= 1.13, (dtype, new)
 
 
-def test_clamped_rule_beats_the_previous_one_out_of_sample(recorded):
+def test_clamped_rule_beats_the_previous_one_out_of_sample(recorded, default_rule_regret):
     """Leave-one-out regret of fit's default rule (local-regret-clamped) against the previous one
     (local-regret), both with the default 3 % prune margin, on the recording as recorded: a max no
     higher on every dtype of both GPUs, a geomean never higher by more than 0.1 % per dtype nor over
@@ -116,7 +126,7 @@ def test_clamped_rule_beats_the_previous_one_out_of_sample(recorded):
     log_ratio = 0.0
     with Session(engine) as session:
         for dtype in dtypes:
-            new = fit_table(session, gpu, dtype, any_source=True, save=False, with_index=False)["regret"]
+            new = default_rule_regret[dtype]
             old = fit_table(session, gpu, dtype, rule="local-regret", any_source=True, save=False, with_index=False)["regret"]
             assert new["max"] <= old["max"] and new["geomean"] <= old["geomean"] * 1.001, (dtype, new, old)
             assert new["geomean"] <= (1.02 if gpu == "h100" else 1.05), (dtype, new)
@@ -222,10 +232,12 @@ def test_held_out_shapes_recorded_on_the_gpu_score_the_fitted_tables(recorded, f
         pytest.skip(f"no held-out recording {held_out.name}")
     with gzip.open(held_out, "rt") as handle, Session(engine) as session, session.begin():
         import_runs(session, handle.read())
-    with Session(engine) as session, session.begin():
-        refit = {dtype: fit_table(session, recorded[1], dtype, save=False) for dtype in fitted}
-    for dtype, document in refit.items():
-        assert [p for p in document["points"] if (p["m"], p["n"]) == (2000, 12000)] == []  # not fitted on
+    with Session(engine) as session, session.begin():  # the rule's inputs alone: the index is fitted's
+        refit = {dtype: fit_table(session, recorded[1], dtype, save=False, with_index=False) for dtype in fitted}
+    for dtype, inputs in refit.items():
+        assert [p for p in inputs["points"] if (p["m"], p["n"]) == (2000, 12000)] == []  # not fitted on
+        document = fitted[dtype]  # and the held-out rows changed nothing the fit reads
+        assert (inputs["points"], inputs["candidates"]) == (document["points"], document["candidates"]), dtype
         with Session(engine) as session:
             scores = held_out_scores(session, DispatchTable(document))
         assert scores["shapes"] in (12, 40) and scores["misses"] == 0, (dtype, scores["shapes"])
