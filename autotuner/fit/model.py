@@ -43,6 +43,10 @@ from autotuner.fit.regret import CLAMP_REACH
 from autotuner.fit.rule import RuleTable
 
 SCALE_LIMIT = 1.15  # exponent past which a candidate's growth is a cliff, not scaling (noise: ~0.1)
+# (candidate, N) pairs whose rows past the largest M are kept per model: an index build asks ~650,000
+# times for ~21,000 pairs (H100 bf16), and a bound keeps a long-lived table's model small
+PAST_KEPT = 1 << 16
+_UNSEEN = object()
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,7 @@ class _Model:
         self._lines: dict[tuple[int, int], tuple] = {}
         self._edges: dict[int, int] = {}
         self._timed_rows: dict[int, tuple[list[int], list[tuple]]] = {}
+        self._past: dict[tuple[int, int], tuple | None] = {}  # (candidate, n) -> _ends_below past every row
 
     def inside(self, m: int, n: int) -> bool:
         return self.n_lo <= n <= self.n_hi and m <= self.m_hi
@@ -171,38 +176,35 @@ class _Model:
         rows, lines = self._timed_rows.get(index) or self._timed(index)
         x, at = max(m, 1), _line_time
         start = bisect.bisect_left(rows, x)
-        for k in range(start, len(rows)):  # the first row at or above x with a time
-            above = at(lines[k], n)
-            if above is not None:
-                hi = rows[k]
-                break
+        if start == len(rows):  # past every row: the same two rows at this n for every such m, kept
+            key = (index, n)
+            ends = self._past.get(key, _UNSEEN)
+            if ends is _UNSEEN:
+                if len(self._past) >= PAST_KEPT:
+                    self._past.clear()
+                ends = self._past[key] = _ends_below(rows, lines, n, start - 1)
+            time = _extrapolated(ends, x)
         else:
-            hi = None
-        if hi == x:
-            time = above
-        else:
-            below = start - 1  # the rows below x, nearest first
-            while below >= 0 and (t_lo := at(lines[below], n)) is None:
-                below -= 1
-            if below < 0:
-                return None
-            if hi is not None:  # scaled([(lo, t_lo), (hi, above)], x) with lo < x < hi, inlined
+            for k in range(start, len(rows)):  # the first row at or above x with a time
+                above = at(lines[k], n)
+                if above is not None:
+                    hi = rows[k]
+                    break
+            else:
+                hi = None
+            if hi == x:
+                time = above
+            elif hi is not None:  # scaled([(lo, t_lo), (hi, above)], x) with lo < x < hi, inlined
+                below = start - 1  # the rows below x, nearest first
+                while below >= 0 and (t_lo := at(lines[below], n)) is None:
+                    below -= 1
+                if below < 0:
+                    return None
                 lo = rows[below]
                 weight = math.log(x / lo) / math.log(hi / lo)
                 time = math.exp((1 - weight) * math.log(t_lo) + weight * math.log(above))
-            else:  # past the largest row with a time: extrapolated from it and one below
-                last = (rows[below], t_lo)
-                second = previous = None
-                for k in range(below - 1, -1, -1):  # the nearest row at least a factor 2 below, else the next one
-                    t = at(lines[k], n)
-                    if t is None:
-                        continue
-                    previous = previous or (rows[k], t)
-                    if rows[k] * 2 <= last[0]:
-                        second = (rows[k], t)
-                        break
-                second = second or previous
-                time = scaled([second, last] if second else [last], x)
+            else:  # past the largest row with a time at n: extrapolated from it and one below
+                time = _extrapolated(_ends_below(rows, lines, n, start - 1), x)
         if time is None:
             return None
         return max(time, self.floor(m, n))
@@ -241,6 +243,39 @@ class _Model:
             series = self._series[key] = [(p["n"], p["times"][index]) for p in self.rows[row_m]
                                           if p["times"][index] is not None and p["times"][index] > 0]
         return series
+
+
+def _ends_below(rows: Sequence[int], lines: Sequence[tuple], n: int, below: int) -> tuple | None:
+    """The rows ``scaled`` extrapolates from past the largest row with a time at n, searching down from
+    ``below``: ((M, time) of that row, (M, time) of the nearest row at least a factor 2 below it, else
+    of the next one with a time, else None); None where no row has a time at n."""
+    while below >= 0 and (t_lo := _line_time(lines[below], n)) is None:
+        below -= 1
+    if below < 0:
+        return None
+    last = (rows[below], t_lo)
+    second = previous = None
+    for k in range(below - 1, -1, -1):
+        t = _line_time(lines[k], n)
+        if t is None:
+            continue
+        previous = previous or (rows[k], t)
+        if rows[k] * 2 <= last[0]:
+            second = (rows[k], t)
+            break
+    return last, second or previous
+
+
+def _extrapolated(ends: tuple | None, x: int) -> float | None:
+    """``scaled([second, last], x)`` past last's M (``[last]`` alone where there is no second), from
+    ``_ends_below``'s rows; None where there are none or the growth is a cliff."""
+    if ends is None:
+        return None
+    (x2, t2), second = ends
+    if second is None:
+        return t2 * x / x2
+    exponent = math.log(t2 / second[1]) / math.log(x2 / second[0])
+    return None if exponent > SCALE_LIMIT else t2 * (x / x2) ** max(exponent, 0.0)
 
 
 def _line_time(line: tuple, n: int) -> float | None:
