@@ -11,12 +11,14 @@ A key with a failed row (wrong, fault, ...) is never retimed: the failure stands
 """
 from __future__ import annotations
 
-import math
 from typing import Iterable
+
+import numpy as np
 
 from autotuner.tune.timing import is_unstable
 
 SLOWER_THAN_LARGER = 3.0
+CHUNK = 1024  # points compared against the whole series at once: 1024 x len(series) booleans and floats
 
 Key = tuple[int, int, int, str]  # (candidate_id, m, n, dtype)
 
@@ -43,8 +45,19 @@ def retime_keys(rows: Iterable[tuple], spread: float) -> set[Key]:
 def slower_than_larger(points: Iterable[tuple[int, int, float]]) -> set[tuple[int, int]]:
     """The shapes (m, n) of one candidate's series of (m, n, time) whose time is more than
     ``SLOWER_THAN_LARGER`` x its best time at a larger shape (M' >= M, N' >= N, not the same): a
-    timing disturbed for its whole duration (the monotonicity sign above; the fit leaves them out)."""
+    timing disturbed for its whole duration (the monotonicity sign above; the fit leaves them out).
+    Every pair of points is compared, as arrays (a fit and a prediction ask this of every candidate's
+    series), ``CHUNK`` points at a time so that memory stays bounded."""
     points = list(points)
-    return {(m, n) for m, n, t in points
-            if t > SLOWER_THAN_LARGER * min((t2 for m2, n2, t2 in points if m2 >= m and n2 >= n and (m2, n2) != (m, n)),
-                                            default=math.inf)}
+    if len(points) < 2:
+        return set()
+    ms, ns, times = (np.array(column) for column in zip(*points))
+    ms, ns, times = ms.astype(np.int64), ns.astype(np.int64), times.astype(np.float64)
+    flagged: set[tuple[int, int]] = set()
+    for start in range(0, len(points), CHUNK):
+        m, n = ms[start:start + CHUNK, None], ns[start:start + CHUNK, None]
+        larger = (ms >= m) & (ns >= n) & ((ms != m) | (ns != n))
+        best = np.where(larger, times, np.inf).min(axis=1)
+        for offset in np.flatnonzero(times[start:start + CHUNK] > SLOWER_THAN_LARGER * best).tolist():
+            flagged.add(points[start + offset][:2])
+    return flagged
