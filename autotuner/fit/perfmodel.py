@@ -68,14 +68,23 @@ GRIDS = (FILL, 1 / 32, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # b
 def features(m: int, n: int, dtype: str, resources: Resources, spec: GpuSpec, grid: float = 1.0) -> np.ndarray:
     """The four terms' inputs (module docstring), each in µs for a coefficient of 1. ``grid`` is the
     kernel's blocks per row (``FILL``: as many blocks as the GPU holds at once, whatever M)."""
-    size = element_bytes(dtype)
-    resident = blocks_per_sm(resources, spec) * spec.sm_count
+    return np.array(_grid_features(_shape_terms(m, n, dtype, resources, spec), grid))
+
+
+def _shape_terms(m: int, n: int, dtype: str, resources: Resources, spec: GpuSpec) -> tuple:
+    """What :func:`features` reads that does not depend on the grid (the fit tries every grid of
+    ``GRIDS`` on each sample): M, the tensor's bytes, the resident blocks, the copy floor, the clock
+    and the threads per block."""
+    return (m, m * n * element_bytes(dtype), blocks_per_sm(resources, spec) * spec.sm_count,
+            copy_floor_us(m, n, dtype, spec), float(spec.boost_clock_mhz), max(resources.threads, 1))
+
+
+def _grid_features(terms: tuple, grid: float) -> tuple[float, float, float, float]:
+    m, tensor_bytes, resident, floor, clock, threads = terms
     blocks = resident if grid == FILL else max(1, math.ceil(m * grid))
     waves = math.ceil(blocks / resident) if m else 0
-    clock = float(spec.boost_clock_mhz)
-    work_per_block = m * n * size / blocks
-    return np.array([1.0, copy_floor_us(m, n, dtype, spec),
-                     waves * work_per_block / (max(resources.threads, 1) * clock), waves / clock])
+    work_per_block = tensor_bytes / blocks
+    return 1.0, floor, waves * work_per_block / (threads * clock), waves / clock
 
 
 @dataclass(frozen=True)
@@ -146,8 +155,8 @@ def fit_candidate(rows: np.ndarray, times: np.ndarray, grid: float = 1.0) -> Can
 def fit_samples(group: Sequence[Sample], specs: Mapping[str, GpuSpec]) -> CandidateModel:
     """The best :func:`fit_candidate` over the grids of ``GRIDS`` (the kernel's launch is not recorded)."""
     times = np.array([s.median_us for s in group])
-    fits = [fit_candidate(np.array([features(s.m, s.n, s.dtype, s.resources, specs[s.gpu], grid) for s in group]), times, grid)
-            for grid in GRIDS]
+    terms = [_shape_terms(s.m, s.n, s.dtype, s.resources, specs[s.gpu]) for s in group]
+    fits = [fit_candidate(np.array([_grid_features(t, grid) for t in terms]), times, grid) for grid in GRIDS]
     return min(fits, key=lambda fit: fit.log_rms)
 
 
