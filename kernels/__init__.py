@@ -6,6 +6,8 @@ CuPy nor Triton, nor those modules until one of their names is read.
 """
 from __future__ import annotations
 
+import importlib
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (several ms of a first lookup)
 if TYPE_CHECKING:
     from typing import Any
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
 
 # name -> the module that defines it. The names are read from there on first access (PEP 562): importing
 # ``kernels.dtypes`` (the embedded lookup does) must not import the kernel contract and the registry.
-_EXPORTS: dict[str, str] = {
+_HOMES: dict[str, str] = {
     "DTYPES": "kernels.dtypes", "normalize_dtype": "kernels.dtypes",
     "Build": "kernels.base", "KernelConfig": "kernels.base", "Resources": "kernels.base", "Support": "kernels.base",
     "Variant": "kernels.base",
@@ -26,26 +28,12 @@ _EXPORTS: dict[str, str] = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
+    home = _HOMES.get(name)
+    if home is None:
         raise AttributeError(f"module 'kernels' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value
 
 
-__all__ = [
-    "DTYPES",
-    "Build",
-    "KernelConfig",
-    "Resources",
-    "Support",
-    "Variant",
-    "all_variants",
-    "get_variant",
-    "normalize_dtype",
-    "register_variant",
-    "unregister_variant",
-]
+__all__ = sorted(_HOMES)

@@ -201,7 +201,7 @@ class TableStore:
         gpu_key = (_gpu_keys.get(gpu) or _gpu_key(gpu)) if gpu else (current_gpu_key() or "unknown")
         own = self._table((gpu_key, dtype, method))
         if own is not None and m:  # the usual case: this spelling's next new shapes take the short way
-            reader = self._readers.get((own, gpu_key, None)) or self._reader(own, gpu_key, None)
+            reader = self._reader(own, gpu_key, None)
             if len(self._spelled) < SPELLINGS_KEPT:
                 with self._lock:  # a table replaced meanwhile must not answer there
                     if self._tables.get(own.key) is own:
@@ -249,11 +249,16 @@ class TableStore:
         if m == 0:
             choice = self._answer(table, gpu_key, 1, n, source)
             return choice._replace(predicted_us=0.0, exact=False, reason=ZERO_ROWS_REASON)
-        return (self._readers.get((table, gpu_key, source)) or self._reader(table, gpu_key, source)).choice(m, n)
+        return self._reader(table, gpu_key, source).choice(m, n)
 
     def _reader(self, table: DispatchTable, gpu_key: str, source: str | None) -> TableReader:
-        reader = self._readers[(table, gpu_key, source)] = \
-            TableReader(table, gpu_key, source or ("predicted" if is_predicted(table) else "table"))
+        """``table``'s reader on ``gpu_key`` for ``source`` (None: the GPU's own table), made on first
+        use and kept until the tables change."""
+        key = (table, gpu_key, source)
+        reader = self._readers.get(key)
+        if reader is None:
+            reader = self._readers[key] = \
+                TableReader(table, gpu_key, source or ("predicted" if is_predicted(table) else "table"))
         return reader
 
     def own_view(self, gpu_key: str, dtype: str, method: str = DEFAULT_METHOD) -> tuple[DispatchTable, int] | None:
@@ -265,7 +270,7 @@ class TableStore:
         table = self._table((gpu_key, dtype, method))
         if table is None:
             return None
-        reader = self._readers.get((table, gpu_key, None)) or self._reader(table, gpu_key, None)
+        reader = self._reader(table, gpu_key, None)
         return None if reader.runnable is not None else (table, reader.view)
 
 

@@ -51,8 +51,9 @@ def slower_than_larger(points: Iterable[tuple[int, int, float]]) -> set[tuple[in
     points = list(points)
     if len(points) < 2:
         return set()
-    ms, ns, times = (np.array(column) for column in zip(*points))
-    ms, ns, times = ms.astype(np.int64), ns.astype(np.int64), times.astype(np.float64)
+    columns = list(zip(*points))
+    ms, ns = np.array(columns[0], dtype=np.int64), np.array(columns[1], dtype=np.int64)
+    times = np.array(columns[2], dtype=np.float64)
     flagged: set[tuple[int, int]] = set()
     for start in range(0, len(points), CHUNK):
         m, n = ms[start:start + CHUNK, None], ns[start:start + CHUNK, None]
