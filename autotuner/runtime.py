@@ -11,10 +11,11 @@ must cost arithmetic, never a compile or a recording.
   instance and its launch for (M, N) (``Build.native``), and issues it through the native launch
   module (``kernels.native``): one C call allocates the output and launches. A torch_softmax pick
   calls ``torch.softmax`` itself (``Build.apply``).
-- Recent shapes: the native launch of the last calls is kept per (device, shape, dtype), at most
-  ``RECENT_SHAPES`` of them (cleared when full), so a repeated shape costs one dict probe and that C
-  call. An entry is used only while its device is current, on its stream where it holds a stream's
-  buffer, and while its guard holds (no Triton launch hook).
+- Recent shapes: the native launch of the last calls (or, for a torch_softmax pick, its ``apply``)
+  is kept per (device, shape, dtype), at most ``RECENT_SHAPES`` of them (the oldest quarter dropped
+  when full), so a repeated shape costs one dict probe and that C call. An entry is used only while
+  its device is current, on its stream where it holds a stream's buffer, and while its guard holds
+  (no Triton launch hook).
 - The Python path: where the module is not built (yet: it builds in the background on first use),
   the instance has no native description for (M, N), or the pointers are not 16-byte aligned, the
   call allocates with torch and calls the build's ``launch``. Same result, more host time.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from itertools import islice
 from typing import Any
 
 import torch
@@ -39,12 +41,13 @@ from autotuner.lookup.gpu import normalize_gpu_name
 from autotuner.lookup.select import select_kernel
 from kernels import native as native_loader
 
-RECENT_SHAPES = 16384  # native launches kept for repeated shapes (a bounded memo, cleared when full; about 0.5 kB each)
+RECENT_SHAPES = 16384  # launches kept for repeated shapes (a bounded memo, its oldest quarter dropped when full; about 0.5 kB each)
 
 # (variant, config items, dtype) -> build: bounded by the tables' candidates
 _builds: dict[tuple[str, tuple, str], Any] = {}
-# (device index, shape, torch dtype) -> (native launch, stream it is bound to or None, guard or None)
-_recent: dict[tuple[int, Any, Any], tuple[Any, int | None, Any]] = {}
+# (device index, shape, torch dtype) -> (native launch, stream it is bound to or None, guard or None,
+# apply or None): a pick with an ``apply`` (torch_softmax) keeps it alone, launch None
+_recent: dict[tuple[int, Any, Any], tuple[Any, int | None, Any, Any]] = {}
 _gpu_keys: dict[int, str] = {}
 # (device index, dtype) -> what instance_for reads picks with (see _picker): bounded by devices x dtypes
 _pickers: dict[tuple[int, str], tuple] = {}
@@ -174,9 +177,16 @@ def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
         return None
     if out is not None:
         if len(_recent) >= RECENT_SHAPES:
-            _recent.clear()  # cheap and rare; the working set refills at a new shape's cost each
-        _recent[(device, shape, rows.dtype)] = (launch, stream if build.stream_bound else None, guard)
+            _drop_oldest()
+        _recent[(device, shape, rows.dtype)] = (launch, stream if build.stream_bound else None, guard, None)
     return out
+
+
+def _drop_oldest() -> None:
+    """Make room in ``_recent``: its oldest quarter goes (dicts keep insertion order), so a working
+    set under ``RECENT_SHAPES`` stays whole."""
+    for old in list(islice(_recent, RECENT_SHAPES // 4)):  # one C loop: no other thread runs in it
+        _recent.pop(old, None)
 
 
 def _launch(device: int, rows: Any, dtype: str) -> Any:
@@ -184,6 +194,9 @@ def _launch(device: int, rows: Any, dtype: str) -> Any:
     shape = rows.shape
     build = instance_for(device, shape[0], shape[1], dtype)
     if build.apply is not None:  # a variant with a cheaper way to a new tensor (torch_softmax: torch's own)
+        if len(_recent) >= RECENT_SHAPES:
+            _drop_oldest()
+        _recent[(device, shape, rows.dtype)] = (None, None, None, build.apply)
         return build.apply(rows)
     if _current_device() != device:  # kernel handles and the stream are the current device's
         with torch.cuda.device(device):
@@ -271,7 +284,9 @@ def softmax(x: Any, dim: int = -1) -> Any:
             device = x.get_device()
             entry = _recent.get((device, shape, x.dtype))
             if entry is not None and _current_device() == device:
-                launch, bound, guard = entry
+                launch, bound, guard, apply = entry
+                if apply is not None:
+                    return apply(x)
                 stream = _raw_stream(device)
                 if (bound is None or bound == stream) and (guard is None or guard()):
                     out = _native_run(x, stream, *launch)

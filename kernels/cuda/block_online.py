@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kernels.base import DTYPE_BYTES, KernelConfig
-from kernels.cuda.common import CudaVariant
+from kernels.cuda.common import CudaVariant, one_block_per_row
 from kernels.cuda.loader import CUDA_TYPE
 
 GRID_X_MAX = 2**31 - 1
@@ -48,8 +48,8 @@ class BlockRowVariant(CudaVariant):
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         return f"{self.kernel}<{CUDA_TYPE[dtype]}, {int(config['block'])}, {int(config['items'])}>"
 
-    def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
-        return (m, 1, 1)
+    def geometry(self, config: KernelConfig, dtype: str):
+        return one_block_per_row
 
 
 class BlockOnlineCuda(BlockRowVariant):

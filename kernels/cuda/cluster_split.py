@@ -36,13 +36,6 @@ def row_capacity(cluster: int, block: int, packs: int, smem_kb: int, dtype: str)
     return cluster * per_block * vector_width(dtype)
 
 
-def share_smem_bytes(cluster: int, block: int, packs: int, n: int, dtype: str) -> int:
-    """Dynamic shared memory per block for rows of n: the share's vectors past the registers. A row
-    has at most n // VEC whole vectors and a block at most a 1/C share of them, rounded up."""
-    share = -(-(n // vector_width(dtype)) // cluster)
-    return max(0, share - block * packs) * VECTOR_BYTES
-
-
 class ClusterSplitCuda(CudaVariant):
     name = "cuda_cluster_split"
     seed = "beyond-seeds"
@@ -142,12 +135,18 @@ class ClusterSplitCuda(CudaVariant):
             f"{config['packs']}>"
         )
 
-    def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
-        return (int(config["cluster"]) * m, 1, 1)
-
-    def dynamic_smem(self, config: KernelConfig, dtype: str, n: int) -> int:
+    def geometry(self, config: KernelConfig, dtype: str):
+        """C blocks per row; dynamic shared memory per block for rows of n: the share's vectors past
+        the registers. A row has at most n // VEC whole vectors and a block at most a 1/C share of
+        them, rounded up."""
         cluster, block, packs, _ = self._shape(config)
-        return share_smem_bytes(cluster, block, packs, n, dtype)
+        vec, held = vector_width(dtype), block * packs
+
+        def of(m: int, n: int) -> tuple[int, int]:
+            past_registers = -(-(n // vec) // cluster) - held
+            return cluster * m, past_registers * VECTOR_BYTES if past_registers > 0 else 0
+
+        return of
 
     def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
         function, seconds = loader.get_function(self.source, self.name_expression(config, dtype), code=self.source_code())
@@ -158,20 +157,8 @@ class ClusterSplitCuda(CudaVariant):
         launch, native = self.make_launcher(function, config, dtype, threads)
         return Build(self.name, config, dtype, launch, resources, native)
 
-    def make_launcher(self, function: Any, config: KernelConfig, dtype: str, threads: int):
-        launch_any, native_any = super().make_launcher(function, config, dtype, threads)
-        n_max = self.constraints(config, dtype)["n_max"]
-
-        def launch(x: Any, out: Any) -> None:
-            # The cluster holds n_max elements; a longer row would be left partly unwritten.
-            if x.shape[1] > n_max:
-                raise ValueError(f"{self.name} {config.key}: N={x.shape[1]} exceeds the row capacity {n_max}")
-            launch_any(x, out)
-
-        def native(device: int, stream: int, m: int, n: int) -> tuple | None:
-            return native_any(device, stream, m, n) if n <= n_max else None  # launch raises the error
-
-        return launch, native
+    def launch_row_limit(self, config: KernelConfig, dtype: str) -> int | None:
+        return self.constraints(config, dtype)["n_max"]  # the cluster's registers and shared memory
 
 
 def allow_non_portable_cluster(function: Any) -> None:

@@ -1,15 +1,16 @@
 """Shared layer for the CUDA C++ variants: from (config, dtype, shape) to a launch through CuPy.
 
 A subclass names its ``.cu`` file and says, as small methods, which template instance a config
-compiles to (``name_expression``), the launch geometry (``grid``, ``threads``, ``dynamic_smem``) and
-the kernel's arguments (``kernel_args``), each a function of (config, M, N) evaluated per call: one
-compile per (config, dtype) serves every shape. This class does the compile cache, resource report,
+compiles to (``name_expression``), the launch geometry (``threads``; ``geometry``: a plain function
+of (M, N) giving grid and dynamic shared memory, the config's numbers read once) and the kernel's
+arguments (``kernel_args``): one compile per (config, dtype) serves every shape, and a shape met
+for the first time costs that function and a pack of the arguments. This class does the compile cache, resource report,
 the launch on torch's current stream and its description for the native module. Workspaces (split-row) are the subclass's, allocated in ``build``.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -51,11 +52,27 @@ class CudaVariant(Variant):
     def threads(self, config: KernelConfig) -> int:
         return int(config["block"])
 
-    def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
+    def geometry(self, config: KernelConfig, dtype: str) -> Callable[[int, int], tuple[int, int]]:
+        """``(m, n) -> (grid x, dynamic shared memory in bytes)`` of the config's launches, m >= 1: read
+        the config's numbers here, once per build, and return a function of (m, n) alone; it runs on
+        every call that meets a new shape. Grids are one-dimensional and do not depend on the dtype."""
         raise NotImplementedError
 
+    def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
+        """The launch grid of (m, n), as ``geometry`` gives it (for reports and tests)."""
+        return (self.geometry(config, "fp32")(m, n)[0], 1, 1)
+
     def dynamic_smem(self, config: KernelConfig, dtype: str, n: int) -> int:
-        return 0
+        """The dynamic shared memory of rows of n, as ``geometry`` gives it; 0 for a variant that
+        launches its own way, with no ``geometry`` (split-row, grid- and long-split)."""
+        if type(self).geometry is CudaVariant.geometry:
+            return 0
+        return self.geometry(config, dtype)(1, n)[1]
+
+    def launch_row_limit(self, config: KernelConfig, dtype: str) -> int | None:
+        """The longest row a launch may be given, where a longer one would be left partly unwritten
+        (not merely slow): ``launch`` raises on it and ``native`` declines it. None: no such limit."""
+        return None
 
     def kernel_args(self, config: KernelConfig, x: Any, out: Any, m: int, n: int) -> tuple:
         """Default signature ``(const T* x, T* y, int64 M, int64 N)``, both row-major contiguous."""
@@ -85,30 +102,35 @@ class CudaVariant(Variant):
 
     def make_launcher(self, function: Any, config: KernelConfig, dtype: str, threads: int):
         """``(launch, native)`` for one compiled kernel (``Build``'s two fields). Grid and dynamic
-        shared memory come from (M, N) on every call through ``grid`` and ``dynamic_smem``; with the
-        default ``kernel_args`` the pointers and sizes go to the kernel as plain ints through a
-        ``loader.KernelLauncher`` (no numpy scalars), and ``native`` packs the same arguments. A
-        subclass with its own ``kernel_args`` launches through ``loader.launch`` and has no ``native``."""
+        shared memory come from (M, N) on every call through ``geometry``; with the default
+        ``kernel_args`` the pointers and sizes go to the kernel as plain ints through a
+        ``loader.KernelLauncher`` (no numpy scalars), and ``native`` packs the same arguments
+        (``KernelLauncher.row_native``). A subclass with its own ``kernel_args`` launches through
+        ``loader.launch`` and has no ``native``."""
         block = (threads, 1, 1)
-        grid_of, smem_of = self.grid, self.dynamic_smem
+        geometry = self.geometry(config, dtype)
         if type(self).kernel_args is not CudaVariant.kernel_args:
             def launch_any(x: Any, out: Any) -> None:
                 m, n = x.shape
                 if m:
-                    loader.launch(function, grid_of(config, m, n), block, self.kernel_args(config, x, out, m, n),
-                                  smem_of(config, dtype, n))
+                    grid_x, smem = geometry(m, n)
+                    loader.launch(function, (grid_x, 1, 1), block, self.kernel_args(config, x, out, m, n), smem)
 
             return launch_any, None
         kernel = loader.KernelLauncher(function, block, "PPqq")
+        n_max = self.launch_row_limit(config, dtype)
 
         def launch(x: Any, out: Any) -> None:
             m, n = x.shape
+            if n_max is not None and n > n_max:
+                raise ValueError(f"{self.name} {config.key}: N={n} exceeds the row capacity {n_max}")
             if m:
-                kernel(grid_of(config, m, n), smem_of(config, dtype, n), x.data_ptr(), out.data_ptr(), m, n)
+                grid_x, smem = geometry(m, n)
+                kernel((grid_x, 1, 1), smem, x.data_ptr(), out.data_ptr(), m, n)
 
-        def native(device: int, stream: int, m: int, n: int) -> tuple | None:
-            if not m:
-                return None
-            return kernel.native(device, grid_of(config, m, n), smem_of(config, dtype, n), (0, 0, m, n))
+        return launch, kernel.row_native(geometry, n_max)
 
-        return launch, native
+
+def one_block_per_row(m: int, n: int) -> tuple[int, int]:
+    """``CudaVariant.geometry`` of a kernel with one block per row and no dynamic shared memory."""
+    return m, 0

@@ -180,6 +180,29 @@ class KernelLauncher:
             self._raise_smem(device, shared_mem)
         return handle, grid[0], self.block[0], shared_mem, self._struct.pack(*args), x_slot, out_slot
 
+    def row_native(self, geometry: Any, n_max: int | None = None) -> Any:
+        """``native(device, stream, m, n)`` (``Build.native``) of a kernel of the default signature
+        ``(x, out, int64 M, int64 N)``, whose grid and dynamic shared memory ``geometry(m, n)`` gives:
+        what ``native`` returns, with the per-launch checks done here once, and None for rows longer
+        than ``n_max``. Runs on every call that meets a new shape, so it reads nothing per call but
+        the device's handle and opt-in. None where the direct launch is off or the block is not
+        one-dimensional."""
+        if not self.direct or self.block[1:] != (1, 1):
+            return None
+        handles, opted, pack, block_x, handle_of = self._handles, self._smem, self._struct.pack, self.block[0], self.handle
+        longest = (1 << 63) if n_max is None else n_max
+
+        def native(device: int, stream: int, m: int, n: int) -> tuple | None:
+            if not m or n > longest:
+                return None
+            grid_x, shared_mem = geometry(m, n)
+            handle = handles.get(device) or handle_of(device)
+            if shared_mem and opted.get(device, 0) < shared_mem:
+                self._raise_smem(device, shared_mem)
+            return handle, grid_x, block_x, shared_mem, pack(0, 0, m, n), 0, 1
+
+        return native
+
     def _call_cupy(self, grid: Sequence[int], shared_mem: int, args: Sequence[Any]) -> None:
         """The launch through CuPy's ``RawKernel.__call__`` (numpy scalars give the exact types)."""
         import numpy as np

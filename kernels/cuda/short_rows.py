@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kernels.base import KernelConfig, cdiv
+from kernels.base import KernelConfig
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
@@ -76,9 +76,19 @@ class ShortRowsCuda(CudaVariant):
     def tile_rows(self, config: KernelConfig) -> int:
         return int(config["block"]) // int(config["lanes"]) * int(config["rows"])
 
-    def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
-        tiles = min(cdiv(m, self.tile_rows(config)), MAX_GRID_X)
-        if int(config["persistent"]):
-            threads_per_sm, _, sm_count = loader.device_limits()
-            tiles = min(tiles, max(1, threads_per_sm // int(config["block"])) * sm_count)
-        return (tiles, 1, 1)
+    def geometry(self, config: KernelConfig, dtype: str):
+        """A block per tile of rows; a persistent config's grid is capped at the blocks the device
+        holds at once (asked of the current device per call: a build serves every device)."""
+        tile, block = self.tile_rows(config), int(config["block"])
+
+        def tiles(m: int, n: int) -> tuple[int, int]:
+            return min(-(-m // tile), MAX_GRID_X), 0
+
+        def persistent_tiles(m: int, n: int) -> tuple[int, int]:
+            tiles = min(-(-m // tile), MAX_GRID_X)
+            if tiles > 1:  # one block is never above the cap
+                threads_per_sm, _, sm_count = loader.device_limits()
+                tiles = min(tiles, max(1, threads_per_sm // block) * sm_count)
+            return tiles, 0
+
+        return persistent_tiles if int(config["persistent"]) else tiles

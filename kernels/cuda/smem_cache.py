@@ -69,11 +69,9 @@ class _SmemCacheCuda(CudaVariant):
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         return f"softmax_smem_cache<{CUDA_TYPE[dtype]}, {config['block']}, {config['regs']}>"
 
-    def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
-        return (m, 1, 1)
-
-    def dynamic_smem(self, config: KernelConfig, dtype: str, n: int) -> int:
-        return cache_bytes(int(config["block"]), int(config["regs"]), n, dtype)
+    def geometry(self, config: KernelConfig, dtype: str):
+        block, regs = int(config["block"]), int(config["regs"])
+        return lambda m, n: (m, cache_bytes(block, regs, n, dtype))  # one block per row
 
 
 class SmemCacheMediumCuda(_SmemCacheCuda):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kernels.base import DTYPE_BYTES, KernelConfig
-from kernels.cuda.common import CudaVariant
+from kernels.cuda.common import CudaVariant, one_block_per_row
 from kernels.cuda.loader import CUDA_TYPE
 
 VECTOR_BYTES = 16  # every load and store of a row body is one 16-byte vector
@@ -45,5 +45,5 @@ class TwoPassCuda(CudaVariant):
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         return f"softmax_two_pass<{CUDA_TYPE[dtype]}, {config['block']}, {config['unroll']}>"
 
-    def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
-        return (m, 1, 1)
+    def geometry(self, config: KernelConfig, dtype: str):
+        return one_block_per_row

@@ -2,7 +2,7 @@
 no barriers (seeds 000 / 004). Source: ``warp_row.cu``."""
 from __future__ import annotations
 
-from kernels.base import DTYPE_BYTES, KernelConfig, cdiv
+from kernels.base import DTYPE_BYTES, KernelConfig
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
 
@@ -43,5 +43,6 @@ class WarpRowCuda(CudaVariant):
             f"softmax_warp_row<{CUDA_TYPE[dtype]}, {int(config['lanes'])}, {int(config['block'])}, {vec}, {items}>"
         )
 
-    def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
-        return (cdiv(m, int(config["block"]) // int(config["lanes"])), 1, 1)
+    def geometry(self, config: KernelConfig, dtype: str):
+        rows = int(config["block"]) // int(config["lanes"])  # rows per block
+        return lambda m, n: (-(-m // rows), 0)

@@ -14,6 +14,7 @@ not part of a variant's source hash (``common.TritonVariant.source_files``).
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
 import weakref
@@ -23,6 +24,12 @@ from typing import Any, Sequence
 from kernels.triton_impl.device import interpreting
 
 _INT32 = (-(2**31), 2**31)
+_UNSEEN = object()  # Launcher.native: a kernel not compiled yet
+
+
+def _int_class(value: int) -> int:
+    """What Triton may specialise an int argument on: 32-bit range, == 1, divisible by 16."""
+    return (-2147483648 <= value < 2147483648) * 4 + (value == 1) * 2 + (not value & 15)
 # Set to 0 to launch through Triton's JIT entry point every time (slower; a fallback should the
 # compiled-kernel launch ever disagree with a Triton version).
 DIRECT_LAUNCH_ENV = "AUTOTUNER_TRITON_DIRECT_LAUNCH"
@@ -211,7 +218,13 @@ class Launcher:
                                 for index, name in enumerate(self.runtime_names))
         # key -> (run, function, packed metadata, CompiledKernel); bounded by the buckets launched
         self.compiled: dict[tuple, tuple] = {}
-        self._templates: dict[tuple, tuple | None] = {}  # key -> native launch template (see native)
+        # (device, dtype, constexprs, ints' classes) -> native launch (see native): bounded by the buckets compiled
+        self._natives: dict[tuple, tuple | None] = {}
+        # the runtime arguments open with the pointers (the native launch's x and out), the ints after
+        pointers = sum(1 for _ in itertools.takewhile(lambda name: name.endswith("_ptr"), self.runtime_names))
+        ints_after = all(not name.endswith("_ptr") for name in self.runtime_names[pointers:])
+        self._pointers = pointers if ints_after else None
+        self._zeros = (0,) * pointers
         _launchers.add(self)
         self.direct = (
             not _is_interpreted(fn)
@@ -268,20 +281,39 @@ class Launcher:
         ``dtype``, taken as 16-byte aligned: the native module checks it per call). None where
         that launch's kernel has not been compiled yet (the launch through ``self`` compiles it),
         or needs more than a plain launch (``_native_template``). Kept per compiled kernel."""
-        if not self.direct:
+        if not self.direct or self._pointers is None:
             return None
-        key = self._aligned_key(device, dtype, args, tuple(consts))
-        entry = self.compiled.get(key)
+        ints = args[self._pointers:]
+        # what selects the compiled kernel, read without a loop over the arguments: every int's class
+        # (32-bit range, == 1, % 16) whether Triton specialises it or not (a finer key, never coarser)
+        launch = self._natives.get((device, dtype, *consts, *map(_int_class, ints)), _UNSEEN)
+        if launch is _UNSEEN:
+            launch = self._native_launch(device, dtype, args, tuple(consts))
+            if launch is _UNSEEN:  # not compiled yet: asked again next time
+                return None
+        if launch is None:
+            return None
+        function, block_x, shared, pack, pick, nulls, x_slot, out_slot = launch
+        return function, grid[0], block_x, shared, pack(*pick(self._zeros + ints)) + nulls, x_slot, out_slot
+
+    def _native_launch(self, device: int, dtype: str, args: Sequence[Any], consts: tuple) -> Any:
+        """What ``native`` keeps per (device, dtype, constexprs, ints' classes): (function, block x,
+        shared memory, the slots' pack, the getter of the packed values from the pointers as 0s and
+        the ints, trailing null slots, x slot, out slot), None where the kernel needs more than a
+        plain launch, ``_UNSEEN`` (kept nowhere) where it has not been compiled yet."""
+        from operator import itemgetter
+
+        entry = self.compiled.get(self._aligned_key(device, dtype, args, consts))
         if entry is None:
-            return None
-        template = self._templates.get(key, False)
-        if template is False:
-            template = self._templates[key] = self._confirmed_template(entry[3], args)
-        if template is None:
-            return None
-        slot_struct, packed, x_slot, out_slot, block_x, shared, function, nulls = template
-        slots = slot_struct.pack(*[0 if args[i] in (X, OUT) else args[i] for i in packed]) + nulls
-        return function, grid[0], block_x, shared, slots, x_slot, out_slot
+            return _UNSEEN
+        template = self._confirmed_template(entry[3], args)
+        launch = None
+        if template is not None:
+            slot_struct, packed, x_slot, out_slot, block_x, shared, function, nulls = template
+            pick = itemgetter(*packed) if len(packed) > 1 else (lambda values, i=packed[0]: (values[i],))
+            launch = (function, block_x, shared, slot_struct.pack, pick, nulls, x_slot, out_slot)
+        self._natives[(device, dtype, *consts, *map(_int_class, args[self._pointers:]))] = launch
+        return launch
 
     def _confirmed_template(self, kernel: Any, args: Sequence[Any]) -> tuple | None:
         """``_native_template`` with the null scratch pointers the driver's parameter sizes ask for

@@ -86,7 +86,7 @@ def test_native_launch_on_edge_rows_and_misaligned_input(native_module):
     softmax(x)
     y = softmax(x)
     _needs_parameter_sizes(x.shape[0], 4096, "fp16")
-    assert _key(x) in runtime._recent
+    assert runtime._recent[_key(x)][0] is not None  # a native launch kept
     assert torch.equal(torch.isnan(y), torch.isnan(torch.softmax(x, -1)))
     assert check_softmax(y, x, "fp16").ok
     base = random_input(1, 7 * 4096 + 1, "fp16")
@@ -103,7 +103,7 @@ def test_dispatched_small_shapes_take_the_native_path(native_module, m, n, dtype
     for _ in range(2):  # a Triton bucket first met compiles on the Python path: native from its next call
         assert check_softmax(softmax(x), x, dtype).ok
     _needs_parameter_sizes(m, n, dtype)
-    assert _key(x) in runtime._recent, "the host-cost targets' shapes must take the native path"
+    assert runtime._recent.get(_key(x), (None,))[0] is not None, "the host-cost targets' shapes must take the native path"
     assert check_softmax(softmax(x), x, dtype).ok
 
 

@@ -61,7 +61,7 @@ def fake_cuda(monkeypatch):
 @pytest.fixture
 def planted(fake_cuda, monkeypatch):
     """A kept native launch for (2, 3) fp32 rows on device -1."""
-    monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), (("planted",), None, None))
+    monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), (("planted",), None, None, None))
     return fake_cuda
 
 
@@ -88,7 +88,7 @@ def test_anything_else_takes_the_general_path(planted, make, dim):
 
 def test_a_kept_launch_is_used_only_on_its_stream_its_device_and_while_its_guard_holds(planted, monkeypatch):
     guard = [True]
-    monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), (("bound",), 0x50, lambda: guard[0]))
+    monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), (("bound",), 0x50, lambda: guard[0], None))
     x = torch.randn(2, 3)
     assert torch.equal(runtime.softmax(x), torch.full((2, 3), 7.0))  # its stream, guard holds
     for change in ("stream", "guard", "device"):
@@ -120,9 +120,36 @@ def test_a_new_shape_takes_its_instances_launch_arithmetic_and_is_kept(fake_cuda
     assert torch.equal(runtime._launch(-1, rows, "fp32"), torch.full((4, 5), 7.0))
     launch = (0xF00, 4, 128, 0, bytes(32), 0, 1)
     assert fake_cuda.module.runs == [(rows, 0x50, launch)]
-    assert runtime._recent == {(-1, (4, 5), torch.float32): (launch, 0x50, None)}  # bound to its stream
+    assert runtime._recent == {(-1, (4, 5), torch.float32): (launch, 0x50, None, None)}  # bound to its stream
     assert torch.equal(runtime.softmax(rows), torch.full((4, 5), 7.0))  # the repeat: one probe, one run
     assert fake_cuda.module.runs[1] == (rows, 0x50, launch) and launched == []
+
+
+def test_a_pick_with_its_own_apply_is_kept_for_its_repeats(fake_cuda, monkeypatch):
+    applied, picks = [], []
+
+    def apply(x):
+        applied.append(x.shape)
+        return torch.full_like(x, 5.0)
+
+    def instance_for(device, m, n, dtype):
+        picks.append((m, n))
+        return types.SimpleNamespace(apply=apply)
+
+    monkeypatch.setattr(runtime, "instance_for", instance_for)
+    rows = torch.randn(4, 5)
+    assert torch.equal(runtime._launch(-1, rows, "fp32"), torch.full((4, 5), 5.0))
+    assert torch.equal(runtime.softmax(rows), torch.full((4, 5), 5.0))  # the repeat: no pick made again
+    assert picks == [(4, 5)] and applied == [(4, 5)] * 2 and fake_cuda.module.runs == []
+
+
+def test_the_kept_shapes_drop_their_oldest_quarter_when_full(fake_cuda, monkeypatch):
+    launched = []
+    monkeypatch.setattr(runtime, "RECENT_SHAPES", 8)
+    monkeypatch.setattr(runtime, "instance_for", lambda device, m, n, dtype: fake_build(launched))
+    for n in range(1, 10):
+        runtime._launch(-1, torch.randn(1, n), "fp32")
+    assert [key[1][1] for key in runtime._recent] == [3, 4, 5, 6, 7, 8, 9]
 
 
 @pytest.mark.parametrize("why", ["no module", "no native geometry", "guard", "misaligned"])

@@ -181,12 +181,12 @@ class _RowKernel(CudaVariant):
     def constraints(self, config, dtype):
         return {}
 
-    def grid(self, config, m, n):
-        self.grids = getattr(self, "grids", 0) + 1
-        return (m, 1, 1)
+    def geometry(self, config, dtype):
+        def of(m, n):
+            self.grids = getattr(self, "grids", 0) + 1
+            return m, 4 * n
 
-    def dynamic_smem(self, config, dtype, n):
-        return 4 * n
+        return of
 
 
 class _Tensor:
@@ -244,3 +244,28 @@ def test_plain_copy_copies_every_byte_including_the_tail(numel, dtype):
     if numel > 8:  # a view one element in is not 16-byte aligned: refused, not copied wrongly
         with pytest.raises(ValueError, match="aligned"):
             plain_copy_launcher()(x[1:], out[1:])
+
+
+def test_every_cuda_config_reports_its_shared_memory_and_launch_geometry_without_a_gpu():
+    """``build`` reports a config's resources from ``dynamic_smem`` before any launch, and the
+    default launcher's ``geometry`` runs on every new shape: both must answer for every config,
+    dtype and row length the config admits (a variant that launches its own way has no geometry and
+    answers 0)."""
+    from kernels import all_variants
+    from kernels.cuda.common import CudaVariant
+
+    checked = 0
+    for variant in all_variants():
+        if not isinstance(variant, CudaVariant):
+            continue
+        for config in variant.all_configs():
+            for dtype in variant.dtypes:
+                limits = variant.constraints(config, dtype)
+                for n in {limits.get("n_min", 1), min(limits.get("n_max", 1 << 20), 1 << 24)}:
+                    smem = variant.dynamic_smem(config, dtype, n)
+                    assert isinstance(smem, int) and smem >= 0, (variant.name, config.key, dtype, n)
+                    if type(variant).geometry is not CudaVariant.geometry:
+                        grid_x, same = variant.geometry(config, dtype)(1, n)
+                        assert grid_x >= 1 and same == smem
+                        checked += 1
+    assert checked > 100
