@@ -62,6 +62,26 @@ def test_a_triton_launch_whose_signature_does_not_fit_is_not_native():
     assert triton_launch._native_template(compiled(SIGNATURE), NAMES, (X, 0x9000, 9, 1, 2.0)) is None  # a workspace
 
 
+def test_a_triton_native_launch_is_kept_per_class_of_its_ints_and_an_uncompiled_bucket_is_asked_again(monkeypatch):
+    kernel = SimpleNamespace(arg_names=["x_ptr", "y_ptr", "N", "BLOCK"], __name__="one_row")
+    launcher = triton_launch.Launcher(kernel, ("BLOCK",), {"num_warps": 4})
+    assert launcher.direct
+    made = []
+    template = (struct.Struct("<QQi4x"), (0, 1, 2), 0, 1, 128, 0, 0xDEF, b"")
+    monkeypatch.setattr(launcher, "_confirmed_template", lambda compiled, args: made.append(args[2]) or template)
+    assert launcher.native(0, "fp16", (3,), (X, OUT, 1000), (1024,)) is None  # the bucket is not compiled yet
+    launcher.compiled[launcher._aligned_key(0, "fp16", (X, OUT, 1000), (1024,))] = (None, None, None, "compiled")
+    assert launcher.native(0, "fp16", (3,), (X, OUT, 1000), (1024,)) == (
+        0xDEF, 3, 128, 0, struct.pack("<QQi4x", 0, 0, 1000), 0, 1)
+    # N = 1001 is of 1000's class (32-bit, not 1, not a multiple of 16): the kept launch, its own N packed
+    assert launcher.native(0, "fp16", (7,), (X, OUT, 1001), (1024,))[1:5:3] == (7, struct.pack("<QQi4x", 0, 0, 1001))
+    assert made == [1000]
+    # N = 1008 is a multiple of 16, which Triton compiles apart: not compiled, so not native
+    assert launcher.native(0, "fp16", (3,), (X, OUT, 1008), (1024,)) is None
+    launcher.direct = False  # AUTOTUNER_TRITON_DIRECT_LAUNCH=0
+    assert launcher.native(0, "fp16", (3,), (X, OUT, 1000), (1024,)) is None
+
+
 class FakeModule:
     def __init__(self, sizes):
         self.sizes = sizes
