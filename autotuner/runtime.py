@@ -300,12 +300,14 @@ def softmax(x: Any, dim: int = -1) -> Any:
 
 def cache_sizes() -> dict[str, int]:
     """Entries of every cache on softmax()'s path (this module's, the lookup's answers, the CUDA
-    layer's launchers and the Triton launchers' kernels): for benches and the bounded-memory test."""
+    layer's launchers, the Triton launchers' kernels and native launches kept per class of
+    arguments): for benches and the bounded-memory test."""
     from autotuner.lookup.select import default_store
     from kernels.cuda import launch as cuda_launch
     from kernels.triton_impl import launch as triton_launch
 
-    triton_kernels = sum(len(launcher.compiled) for launcher in triton_launch.all_launchers())
+    launchers = triton_launch.all_launchers()
     return {"builds": len(_builds), "recent_shapes": len(_recent), "gpu_keys": len(_gpu_keys), "pickers": len(_pickers),
             "lookup_answers": len(default_store()._cache), "cuda_generic_launchers": len(cuda_launch._generic),
-            "triton_compiled_kernels": triton_kernels}
+            "triton_compiled_kernels": sum(len(launcher.compiled) for launcher in launchers),
+            "triton_native_launches": sum(len(launcher._natives) for launcher in launchers)}
