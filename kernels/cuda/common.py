@@ -4,8 +4,9 @@ A subclass names its ``.cu`` file and says, as small methods, which template ins
 compiles to (``name_expression``), the launch geometry (``threads``; ``geometry``: a plain function
 of (M, N) giving grid and dynamic shared memory, the config's numbers read once) and the kernel's
 arguments (``kernel_args``): one compile per (config, dtype) serves every shape, and a shape met
-for the first time costs that function and a pack of the arguments. This class does the compile cache, resource report,
-the launch on torch's current stream and its description for the native module. Workspaces (split-row) are the subclass's, allocated in ``build``.
+for the first time costs that function and a pack of the arguments. This class does the compile
+cache, resource report, the launch on torch's current stream and its description for the native
+module. Workspaces (split-row) are the subclass's, allocated in ``build``.
 """
 from __future__ import annotations
 

@@ -14,7 +14,6 @@ not part of a variant's source hash (``common.TritonVariant.source_files``).
 """
 from __future__ import annotations
 
-import itertools
 import os
 import time
 import weakref
@@ -24,15 +23,15 @@ from typing import Any, Sequence
 from kernels.triton_impl.device import interpreting
 
 _INT32 = (-(2**31), 2**31)
+# Set to 0 to launch through Triton's JIT entry point every time (slower; a fallback should the
+# compiled-kernel launch ever disagree with a Triton version).
+DIRECT_LAUNCH_ENV = "AUTOTUNER_TRITON_DIRECT_LAUNCH"
 _UNSEEN = object()  # Launcher.native: a kernel not compiled yet
 
 
 def _int_class(value: int) -> int:
     """What Triton may specialise an int argument on: 32-bit range, == 1, divisible by 16."""
     return (-2147483648 <= value < 2147483648) * 4 + (value == 1) * 2 + (not value & 15)
-# Set to 0 to launch through Triton's JIT entry point every time (slower; a fallback should the
-# compiled-kernel launch ever disagree with a Triton version).
-DIRECT_LAUNCH_ENV = "AUTOTUNER_TRITON_DIRECT_LAUNCH"
 
 
 def _is_interpreted(fn: Any) -> bool:
@@ -221,8 +220,9 @@ class Launcher:
         # (device, dtype, constexprs, ints' classes) -> native launch (see native): bounded by the buckets compiled
         self._natives: dict[tuple, tuple | None] = {}
         # the runtime arguments open with the pointers (the native launch's x and out), the ints after
-        pointers = sum(1 for _ in itertools.takewhile(lambda name: name.endswith("_ptr"), self.runtime_names))
-        ints_after = all(not name.endswith("_ptr") for name in self.runtime_names[pointers:])
+        names = self.runtime_names
+        pointers = next((i for i, name in enumerate(names) if not name.endswith("_ptr")), len(names))
+        ints_after = not any(name.endswith("_ptr") for name in names[pointers:])
         self._pointers = pointers if ints_after else None
         self._zeros = (0,) * pointers
         _launchers.add(self)
@@ -280,7 +280,9 @@ class Launcher:
         module takes it (``kernels.native``), with the tensors given as the markers ``X`` and ``OUT`` (both of
         ``dtype``, taken as 16-byte aligned: the native module checks it per call). None where
         that launch's kernel has not been compiled yet (the launch through ``self`` compiles it),
-        or needs more than a plain launch (``_native_template``). Kept per compiled kernel."""
+        or needs more than a plain launch (``_native_template``). Kept per (device, dtype,
+        constexprs, the int arguments' classes), so a new N in a compiled bucket costs a dict probe
+        and a pack."""
         if not self.direct or self._pointers is None:
             return None
         ints = args[self._pointers:]
