@@ -15,7 +15,9 @@ must cost arithmetic, never a compile or a recording.
   is kept per (device, shape, dtype), at most ``RECENT_SHAPES`` of them (the oldest quarter dropped
   when full), so a repeated shape costs one dict probe and that C call. An entry is used only while
   its device is current, on its stream where it holds a stream's buffer, and while its guard holds
-  (no Triton launch hook).
+  (no Triton launch hook). Entries hold only ints, bytes and plain tuples (guards and applies by
+  number, ``_callables``), so the garbage collector stops tracking them: thousands of kept shapes
+  add nothing to the full collections that would otherwise pause the process.
 - The Python path: where the module is not built (yet: it builds in the background on first use),
   the instance has no native description for (M, N), or the pointers are not 16-byte aligned, the
   call allocates with torch and calls the build's ``launch``. Same result, more host time.
@@ -45,9 +47,13 @@ RECENT_SHAPES = 16384  # launches kept for repeated shapes (a bounded memo, its 
 
 # (variant, config items, dtype) -> build: bounded by the tables' candidates
 _builds: dict[tuple[str, tuple, str], Any] = {}
-# (device index, shape, torch dtype) -> (native launch, stream it is bound to or None, guard or None,
-# apply or None): a pick with an ``apply`` (torch_softmax) keeps it alone, launch None
-_recent: dict[tuple[int, Any, Any], tuple[Any, int | None, Any, Any]] = {}
+# (device index, (M, N), torch dtype) -> (native launch, stream it is bound to or None, number of its
+# guard or -1, number of its apply or -1): a pick with an ``apply`` (torch_softmax) keeps it alone,
+# launch None. Probed with x.shape (a torch.Size hashes and compares as the plain tuple).
+_recent: dict[tuple[int, Any, Any], tuple[Any, int | None, int, int]] = {}
+# the guards and applies entries name by number (see _callable_number): bounded by the builds
+_callables: list[Any] = []
+_callable_numbers: dict[Any, int] = {}
 _gpu_keys: dict[int, str] = {}
 # (device index, dtype) -> what instance_for reads picks with (see _picker): bounded by devices x dtypes
 _pickers: dict[tuple[int, str], tuple] = {}
@@ -178,8 +184,22 @@ def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
     if out is not None:
         if len(_recent) >= RECENT_SHAPES:
             _drop_oldest()
-        _recent[(device, shape, rows.dtype)] = (launch, stream if build.stream_bound else None, guard, None)
+        _recent[(device, (m, n), rows.dtype)] = (launch, stream if build.stream_bound else None,
+                                                 -1 if guard is None else _callable_number(guard), -1)
     return out
+
+
+def _callable_number(function: Any) -> int:
+    """``function``'s number in ``_callables`` (given on first use): kept entries name guards and
+    applies by number, so that they hold no object the garbage collector tracks."""
+    number = _callable_numbers.get(function)
+    if number is None:
+        with _lock:
+            number = _callable_numbers.get(function)
+            if number is None:
+                _callables.append(function)
+                number = _callable_numbers[function] = len(_callables) - 1
+    return number
 
 
 def _drop_oldest() -> None:
@@ -196,7 +216,7 @@ def _launch(device: int, rows: Any, dtype: str) -> Any:
     if build.apply is not None:  # a variant with a cheaper way to a new tensor (torch_softmax: torch's own)
         if len(_recent) >= RECENT_SHAPES:
             _drop_oldest()
-        _recent[(device, shape, rows.dtype)] = (None, None, None, build.apply)
+        _recent[(device, (shape[0], shape[1]), rows.dtype)] = (None, None, -1, _callable_number(build.apply))
         return build.apply(rows)
     if _current_device() != device:  # kernel handles and the stream are the current device's
         with torch.cuda.device(device):
@@ -285,10 +305,10 @@ def softmax(x: Any, dim: int = -1) -> Any:
             entry = _recent.get((device, shape, x.dtype))
             if entry is not None and _current_device() == device:
                 launch, bound, guard, apply = entry
-                if apply is not None:
-                    return apply(x)
+                if apply >= 0:
+                    return _callables[apply](x)
                 stream = _raw_stream(device)
-                if (bound is None or bound == stream) and (guard is None or guard()):
+                if (bound is None or bound == stream) and (guard < 0 or _callables[guard]()):
                     out = _native_run(x, stream, *launch)
                     if out is not None:
                         return out

@@ -5,7 +5,9 @@ pick (their candidates, read from the lookup's store; those the GPU runs) is bui
 current device, a Triton instance once per bucket it specialises on (each power-of-two BLOCK of its
 N range, N aligned to 16 elements or not), and the native launch module is built for this torch
 (``kernels.native``). Everything lands in the on-disk caches as well (CuPy's and Triton's kernel
-caches, the native module's folder), so the next process finds it there.
+caches, the native module's folder), so the next process finds it there. Last, the tables' decision
+indexes are read as ``softmax()`` and ``select_kernel`` read them (``_read_indexes``): a table's
+index is decoded on first use, about 10 ms, which the first request of each dtype would pay.
 """
 from __future__ import annotations
 
@@ -43,6 +45,18 @@ def _candidates(gpu: str, dtype: str) -> list[tuple[str, dict[str, Any], dict[st
     runnable = runnable_candidates(table.candidates, table.gpu, spec) if spec else range(len(table.candidates))
     return [(table.candidates[i]["variant"], dict(table.candidates[i]["config"]),
              dict(table.candidates[i].get("constraints", {}))) for i in sorted(runnable)]
+
+
+def _read_indexes(device: int, gpu: str, dtypes: tuple[str, ...]) -> None:
+    """Decode, for each dtype, the index partitions (N a multiple of 8, and not) of the table view
+    that ``softmax()`` picks from on ``device`` and that ``select_kernel`` answers ``gpu`` from."""
+    from autotuner import runtime
+    from autotuner.lookup.select import select_kernel
+
+    for dtype in dtypes:
+        for n in (8, 9):
+            runtime.instance_for(device, 1, n, dtype)
+            select_kernel(1, n, dtype, gpu=gpu)
 
 
 def _warm_instance(variant: str, config: dict[str, Any], limits: dict[str, int], dtype: str) -> int:
@@ -103,6 +117,9 @@ def warmup(gpu: str | None = None, dtypes: tuple[str, ...] = ("fp32", "fp16", "b
         entry["seconds"] = round(entry["seconds"] + time.perf_counter() - item_started, 2)
         if progress is not None:
             progress(done, len(work), label)
+    indexes_started = time.perf_counter()
+    _read_indexes(torch.cuda.current_device(), gpu, dtypes)
+    report["index_seconds"] = round(time.perf_counter() - indexes_started, 3)
     torch.cuda.synchronize()
     report["seconds"] = round(time.perf_counter() - started, 2)
     return report

@@ -21,6 +21,7 @@ their ratios, on the first pass (every shape new to softmax) and on a second pas
 CUDA events around 20 back-to-back calls on a sample of each workload's shapes (warm L2), geomean
 ratio of softmax's pick to torch.softmax. Back to back: each list in one loop without synchronising
 (softmax's, then torch.softmax's), wall time per call with the final drain, as the issue measured.
+The garbage collector's collections during each pass are counted and timed (``GcPauses``).
 Also: ``select_kernel`` per call on 2,000 shapes it has not answered (the lookup's share of a new
 shape), and a cProfile of 2,000 new shapes' calls. Repeated-shape host time of the two target shapes (fp16
 1x4096, bf16 8x1024): 2000 calls back to back per sample, 15 interleaved rounds, median.
@@ -28,6 +29,7 @@ shape), and a cProfile of 2,000 new shapes' calls. Repeated-shape host time of t
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import random
@@ -47,20 +49,50 @@ def _views(buffer, shapes, dtype):
     return [flat[: m * n].view(m, n) for m, n in shapes]
 
 
+class GcPauses:
+    """The garbage collector's collections while in use (``gc.callbacks``): per generation, how
+    many and their total pause (ms). A full collection walks every tracked object of the process
+    (tens of ms with torch loaded): a few of them move a workload's mean host time per call."""
+
+    def __init__(self) -> None:
+        self.counts, self.ms, self._started = [0, 0, 0], [0.0, 0.0, 0.0], 0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter_ns()
+        else:
+            self.counts[info["generation"]] += 1
+            self.ms[info["generation"]] += (time.perf_counter_ns() - self._started) / 1e6
+
+    def __enter__(self) -> "GcPauses":
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self)
+
+    def figures(self) -> dict:
+        return {"gc_collections_by_generation": self.counts, "gc_pause_ms_by_generation": [round(v, 2) for v in self.ms]}
+
+
 def host_times(inputs, softmax, reference) -> dict:
-    """Per-call host time (us) of ``softmax`` and ``reference`` on each input, alternating."""
+    """Per-call host time (us) of ``softmax`` and ``reference`` on each input, alternating; the
+    collector's pauses meanwhile (``GcPauses``), which land on whichever call triggers them."""
     import torch
 
     ours, theirs = [], []
-    for i, x in enumerate(inputs):
-        order = ((softmax, ours), (reference, theirs)) if i % 2 == 0 else ((reference, theirs), (softmax, ours))
-        for fn, sink in order:
-            torch.cuda.synchronize()
-            t0 = time.perf_counter_ns()
-            fn(x)
-            sink.append((time.perf_counter_ns() - t0) / 1e3)
-    torch.cuda.synchronize()
-    return {"softmax_mean_us": statistics.fmean(ours), "torch_mean_us": statistics.fmean(theirs),
+    with GcPauses() as pauses:
+        for i, x in enumerate(inputs):
+            order = ((softmax, ours), (reference, theirs)) if i % 2 == 0 else ((reference, theirs), (softmax, ours))
+            for fn, sink in order:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter_ns()
+                fn(x)
+                sink.append((time.perf_counter_ns() - t0) / 1e3)
+        torch.cuda.synchronize()
+    slowest = {name: [(tuple(inputs[i].shape), round(times[i], 1)) for i in sorted(range(len(times)), key=times.__getitem__)[-6:]]
+               for name, times in (("softmax", ours), ("torch", theirs))}
+    return {**pauses.figures(), "slowest_calls": slowest, "softmax_mean_us": statistics.fmean(ours), "torch_mean_us": statistics.fmean(theirs),
             "softmax_median_us": statistics.median(ours), "torch_median_us": statistics.median(theirs),
             "softmax_p99_us": sorted(ours)[int(0.99 * len(ours))], "torch_p99_us": sorted(theirs)[int(0.99 * len(theirs))],
             "mean_ratio": statistics.fmean(ours) / statistics.fmean(theirs),
@@ -151,7 +183,8 @@ def workload(name, inputs, fresh, softmax, reference, rng) -> dict:
     print(f"{name}: new {first['softmax_mean_us']:.1f} vs {first['torch_mean_us']:.1f} us (mean, "
           f"{first['mean_ratio']:.2f}x; median {first['median_ratio']:.2f}x), repeats {again['mean_ratio']:.2f}x "
           f"(median {again['median_ratio']:.2f}x), back to back {loop['softmax_wall_us']:.1f} vs "
-          f"{loop['torch_wall_us']:.1f} us ({loop['wall_ratio']:.2f}x), GPU {result['gpu_time_ratio_geomean']:.3f}x",
+          f"{loop['torch_wall_us']:.1f} us ({loop['wall_ratio']:.2f}x), GPU {result['gpu_time_ratio_geomean']:.3f}x; "
+          f"gc on the new pass {first['gc_collections_by_generation']} ({first['gc_pause_ms_by_generation']} ms)",
           file=sys.stderr)
     return result
 

@@ -61,7 +61,7 @@ def fake_cuda(monkeypatch):
 @pytest.fixture
 def planted(fake_cuda, monkeypatch):
     """A kept native launch for (2, 3) fp32 rows on device -1."""
-    monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), (("planted",), None, None, None))
+    monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), (("planted",), None, -1, -1))
     return fake_cuda
 
 
@@ -88,7 +88,7 @@ def test_anything_else_takes_the_general_path(planted, make, dim):
 
 def test_a_kept_launch_is_used_only_on_its_stream_its_device_and_while_its_guard_holds(planted, monkeypatch):
     guard = [True]
-    monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), (("bound",), 0x50, lambda: guard[0], None))
+    monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), (("bound",), 0x50, runtime._callable_number(lambda: guard[0]), -1))
     x = torch.randn(2, 3)
     assert torch.equal(runtime.softmax(x), torch.full((2, 3), 7.0))  # its stream, guard holds
     for change in ("stream", "guard", "device"):
@@ -120,7 +120,7 @@ def test_a_new_shape_takes_its_instances_launch_arithmetic_and_is_kept(fake_cuda
     assert torch.equal(runtime._launch(-1, rows, "fp32"), torch.full((4, 5), 7.0))
     launch = (0xF00, 4, 128, 0, bytes(32), 0, 1)
     assert fake_cuda.module.runs == [(rows, 0x50, launch)]
-    assert runtime._recent == {(-1, (4, 5), torch.float32): (launch, 0x50, None, None)}  # bound to its stream
+    assert runtime._recent == {(-1, (4, 5), torch.float32): (launch, 0x50, -1, -1)}  # bound to its stream
     assert torch.equal(runtime.softmax(rows), torch.full((4, 5), 7.0))  # the repeat: one probe, one run
     assert fake_cuda.module.runs[1] == (rows, 0x50, launch) and launched == []
 
@@ -150,6 +150,26 @@ def test_the_kept_shapes_drop_their_oldest_quarter_when_full(fake_cuda, monkeypa
     for n in range(1, 10):
         runtime._launch(-1, torch.randn(1, n), "fp32")
     assert [key[1][1] for key in runtime._recent] == [3, 4, 5, 6, 7, 8, 9]
+
+
+def test_kept_shapes_hold_nothing_the_garbage_collector_tracks(fake_cuda, monkeypatch):
+    """Thousands of kept shapes must not lengthen the process's full collections: once collected,
+    no key or entry is tracked, whether it holds a guarded launch or a torch_softmax pick's apply."""
+    import gc
+
+    launched = []
+    guarded = fake_build(launched, guard=lambda: True)
+    applied = types.SimpleNamespace(apply=lambda x: torch.full_like(x, 5.0))
+    monkeypatch.setattr(runtime, "instance_for", lambda device, m, n, dtype: guarded if n % 2 else applied)
+    for n in (3, 4):
+        runtime._launch(-1, torch.randn(2, n), "fp32")
+    assert runtime._recent[(-1, (2, 3), torch.float32)][2] >= 0 and runtime._recent[(-1, (2, 4), torch.float32)][3] >= 0
+    gc.collect()
+    gc.collect()  # a tuple is untracked once the tuples it holds are: a pass may meet it before them
+    for key, entry in runtime._recent.items():
+        assert not gc.is_tracked(key) and not gc.is_tracked(entry), (key, entry)
+    assert torch.equal(runtime.softmax(torch.randn(2, 3)), torch.full((2, 3), 7.0))  # the kept guard is called
+    assert torch.equal(runtime.softmax(torch.randn(2, 4)), torch.full((2, 4), 5.0))  # the kept apply
 
 
 @pytest.mark.parametrize("why", ["no module", "no native geometry", "guard", "misaligned"])

@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from autotuner.cli import app
 from autotuner.lookup.select import default_store
-from autotuner.runtime_warmup import _bucket_probes, _candidates
+from autotuner.runtime_warmup import _bucket_probes, _candidates, _read_indexes
 
 
 def test_bucket_probes_reach_every_block_and_alignment_of_the_range():
@@ -34,3 +34,20 @@ def test_warmup_without_a_gpu_is_one_clear_line():
     assert "warmup needs a CUDA device" in result.output
     bad = CliRunner().invoke(app, ["warmup", "--dtype", "fp64"])
     assert bad.exit_code == 2 and "unknown dtype 'fp64'" in bad.output
+
+
+def test_warmup_reads_the_indexes_that_the_first_requests_would_decode(monkeypatch):
+    """A table's index partitions are decoded on first use (about 10 ms): warm-up decodes those of
+    the view ``softmax()`` picks from and ``select_kernel`` answers from, for both N classes."""
+    from autotuner import runtime
+    from autotuner.lookup import select
+
+    monkeypatch.setattr(select, "_default_store", None)  # a fresh store: nothing decoded yet
+    monkeypatch.setattr(runtime, "_pickers", {})
+    monkeypatch.setitem(runtime._gpu_keys, 7, "h100")
+    monkeypatch.setattr(runtime, "_build_on", lambda device, variant, config, dtype, n: (variant, config))
+    table = select.default_store().get("h100", "bf16")
+    view = select.default_store().own_view("h100", "bf16")[1]
+    assert table._partitions[view] == [None, None]
+    _read_indexes(7, "h100", ("bf16",))
+    assert all(partition is not None for partition in table._partitions[view])
