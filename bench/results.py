@@ -8,8 +8,9 @@ Inputs (nothing is measured here; CPU only, standard library only):
   export`` files), for the sweep time;
 - ``autotuner/tables/<gpu>_<dtype>_cold.json``: the shipped tables, for the speed of light at the
   measured shapes and the leave-one-out regret the fit stored in them;
-- ``bench/data/``: the bench CSVs (``autotuner bench``), the runtime JSON (``scripts/bench_runtime.py``)
-  and ``sources.json``, which says which device, date and command produced each.
+- ``bench/data/``: the bench CSVs (``autotuner bench``), the dynamic-shapes JSON
+  (``python -m bench.dynamic_shapes``) and ``sources.json``, which says which device, date and
+  command produced each.
 """
 from __future__ import annotations
 
@@ -80,12 +81,12 @@ def header(gpu: str, tables: dict[str, dict], sources: dict, sweep: dict | None)
                      f"`autotuner fit --gpu {gpu} --export autotuner/tables` from "
                      + (", ".join(f"`{r}`" for r in sources["recordings"]) + " imported into one database)."
                         if sources.get("recordings") else "that recording)."))
-    for key in (*bench_keys(sources), "runtime"):
+    for key in (*bench_keys(sources), "dynamic_shapes"):
         if key in sources:
             source = sources[key]
             files = source.get("files", {}).values() or [source["file"]]
             named = ", ".join(f"`bench/data/{name}`" for name in files)
-            label = "Bench" if key.startswith("bench") else key.capitalize()
+            label = "Bench" if key.startswith("bench") else "Host costs"
             lines.append(f"- {label} {source.get('title', '')}: {named} ({source['device']}; {source['date']}; "
                          f"`{source['command']}`).".replace(" :", ":"))
     return lines
@@ -195,52 +196,48 @@ def regret(tables: dict[str, dict]) -> list[str]:
     return lines
 
 
-def _rule_form(lookup: dict) -> str:
-    """Which form of the lookup the run timed (runs before 2026-11-26 did not say: Python)."""
-    if lookup.get("lookup") == "decision-index":
-        return " (decision index)"
-    return " (compiled rule)" if lookup.get("compiled_rule") else " (the rule's Python form)"
+WORKLOADS = {  # bench.dynamic_shapes' workload keys -> what each is
+    "decode_fp16_256x2048_2447": "decode: 256 rows, key length 2048 -> 2447, fp16",
+    "vocab_bf16_1_400x128256": "vocabulary: M = 1 ... 400 x 128256, bf16",
+    "random_fp16_6000": "6,000 random M 1-64 x N 1000-9000, fp16",
+    "domain_10000_fp16_bf16": "10,000 log-uniform over the domain, fp16 and bf16",
+}
 
 
-def runtime(sources: dict) -> list[str]:
-    if "runtime" not in sources:
+def host_costs(sources: dict) -> list[str]:
+    """The dynamic-shapes bench (``python -m bench.dynamic_shapes``): ``softmax()``'s host time per call
+    against ``torch.softmax``'s on new and repeated shapes, the picks' GPU time, the lookup, warm-up."""
+    if "dynamic_shapes" not in sources:
         return []
-    data = json.loads((DATA / sources["runtime"]["file"]).read_text())
-    lookup = data["lookup"]
-    checks = data.get("checks", {})
+    data = json.loads((DATA / sources["dynamic_shapes"]["file"]).read_text())
     lines = ["## Lookup and host costs", "",
-             f"`select_kernel` on the lent host{_rule_form(lookup)}: first lookup (a shape not yet cached, tables loaded) "
-             f"median {lookup['first_lookup_us_median']:.1f} µs (p99 {lookup['first_lookup_us_p99']:.1f}); "
-             f"warm lookup median {lookup['warm_lookup_us_median']:.2f} µs (p99 {lookup['warm_lookup_us_p99']:.2f}). "
-             f"Fast-path checks passed: {sum(1 for c in checks.values() if c.get('ok'))} of {len(checks)}.", "",
-             "Host time per call, enqueued without synchronisation (µs): `softmax(x)` allocates its output; "
-             "the raw floor issues the same recorded launches with nothing else; overhead = softmax - raw "
-             "floor; GPU time = events around 20 back-to-back launches (warm L2). The host figures move by several "
-             "µs from one lent host to another.", "",
-             "`torch.softmax(x, -1)` is timed the same way in the same rounds; the ratio is `softmax(x)` over it.", ""]
-    if sources["runtime"].get("note"):
-        lines += [sources["runtime"]["note"], ""]
-    build = data.get("native_build")
-    if build:
-        lines += [f"The native launch module (`kernels/native`, `python -m kernels.native`) was "
-                  f"{'built in ' + str(build.get('seconds')) + ' s before the run' if build.get('built') else 'not built'}; "
-                  "\"native\" says whether a case's plan takes it, and \"Python path\" is the same plan without it, "
-                  "timed in the same rounds.", ""]
-    lines += ["| case | kernel | native | GPU time | `softmax(x)` | `torch.softmax` | ratio | Python path "
-              "| build's `launch(x, out)` | raw floor | overhead |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for case, row in data["host_overhead"].items():
-        if "error" in row:
-            lines.append(f"| {case} | failed: {row['error']} | | | | | | | | | |")
+             "Host time per call of `softmax(x)` against `torch.softmax(x, -1)` on the same shapes in one "
+             "process, after `autotuner.warmup`: each call timed alone, the device drained before it, the two "
+             "alternating shape by shape, every shape new to `softmax` on the first pass (\"new\") and met "
+             "again on the second (\"repeat\"); \"back to back\": another list of new shapes in one loop, wall "
+             "time with the final drain; GPU time: events around 20 back-to-back calls on 100 of the shapes "
+             "(warm L2), geomean. Ratios are `softmax` over `torch.softmax`; the host's own speed moves the "
+             "absolute figures by up to 2x from one lent machine to another. Means hold each pass's first "
+             "call, where `torch.softmax` loads its own kernel (milliseconds): a mean ratio may sit far "
+             "below the median one.", "",
+             "| workload | new: median µs (torch) | new: median ratio | new: mean ratio | repeat: median ratio "
+             "| back to back | GPU time |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for key, label in WORKLOADS.items():
+        row = data.get(key)
+        if row is None:
             continue
-        torch_us = f"{row['torch_softmax_us']:.2f}" if "torch_softmax_us" in row else "not timed"
-        ratio = f"{row['softmax_over_torch']:.2f}" if "softmax_over_torch" in row else ""
-        native = "not in this run" if "plan_native" not in row else "yes" if row["plan_native"] else "no"
-        python_path = f"{row['softmax_python_path_us']:.2f}" if "softmax_python_path_us" in row else ""
-        floor = (f"{row['raw_floor_us']:.2f} | {row['overhead_us']:+.2f}" if "raw_floor_us" in row
-                 else "not recorded | ")
-        lines.append(f"| {case} | `{row['variant']}` | {native} | {row['gpu_us']:.1f} | {row['softmax_us']:.2f} | "
-                     f"{torch_us} | {ratio} | {python_path} | {row['build_launch_us']:.2f} | {floor} |")
+        new, again, loop = row["new_shapes"], row["repeats"], row["new_shapes_back_to_back"]
+        lines.append(f"| {label} | {new['softmax_median_us']:.1f} ({new['torch_median_us']:.1f}) | "
+                     f"{new['median_ratio']:.2f}x | {new['mean_ratio']:.2f}x | {again['median_ratio']:.2f}x | "
+                     f"{loop['wall_ratio']:.2f}x | {row['gpu_time_ratio_geomean']:.3f}x |")
+    targets = [f"{label} {data[key]['ratio']:.3f}x" for key, label in
+               (("repeated_fp16_1x4096", "fp16 1x4096"), ("repeated_bf16_8x1024", "bf16 8x1024")) if key in data]
+    warm = data.get("warmup", {})
+    lines += ["", f"Repeated shapes, 2,000 calls back to back, median of 15 rounds: {', '.join(targets)} "
+              f"`torch.softmax`'s host time. `select_kernel` on shapes it has not answered: "
+              f"{data['lookup_uncached_fp16']['median_us']:.2f} µs median. `autotuner.warmup` (fp16 and bf16): "
+              f"{warm.get('seconds', 'not run')} s with the kernels in the on-disk caches. Caches at the end: "
+              + ", ".join(f"{name} {count:,}" for name, count in data.get("cache_sizes", {}).items()) + "."]
     return lines
 
 
@@ -288,7 +285,7 @@ def render(gpu: str) -> str:
                          f"or tests/data/{gpu}_sweep.json.gz")
     sections = [header(gpu, tables, sources, sweep), ["## Method", "", METHOD],
                 speed_of_light(tables), *(bench(sources, key) for key in bench_keys(sources)), regret(tables),
-                runtime(sources),
+                host_costs(sources),
                 sweep_time(gpu, sweep, heldout, sources.get("recordings", []))]
     return "\n\n".join("\n".join(s) for s in sections if s) + "\n"
 

@@ -2,8 +2,8 @@
 shape not yet cached: exact-point probe and bisects into the table's decision index), a warm one
 (the answer cache), and how much 200,000 new shapes grow the process.
 
-Two samples of first lookups: ``scripts/bench_runtime.py``'s (2000 bf16 shapes, M = 3 + i,
-N = 1000 + 7 i) and 20,000 shapes drawn log-uniformly over M 1..2^20, N 1..2^24 and the three dtypes
+Two samples of first lookups: 2000 bf16 shapes, M = 3 + i, N = 1000 + 7 i (the sample of the
+former ``scripts/bench_runtime.py``), and 20,000 shapes drawn log-uniformly over M 1..2^20, N 1..2^24 and the three dtypes
 (seeded), both through ``select_kernel`` on the shipped tables of ``--gpu``, tables loaded (and each
 index partition decoded) before the clock starts.
 
