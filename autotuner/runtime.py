@@ -182,10 +182,8 @@ def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
                       RuntimeWarning, stacklevel=4)
         return None
     if out is not None:
-        if len(_recent) >= RECENT_SHAPES:
-            _drop_oldest()
-        _recent[(device, (m, n), rows.dtype)] = (launch, stream if build.stream_bound else None,
-                                                 -1 if guard is None else _callable_number(guard), -1)
+        _remember((device, (m, n), rows.dtype), (launch, stream if build.stream_bound else None,
+                                                 -1 if guard is None else _callable_number(guard), -1))
     return out
 
 
@@ -202,11 +200,13 @@ def _callable_number(function: Any) -> int:
     return number
 
 
-def _drop_oldest() -> None:
-    """Make room in ``_recent``: its oldest quarter goes (dicts keep insertion order), so a working
-    set under ``RECENT_SHAPES`` stays whole."""
-    for old in list(islice(_recent, RECENT_SHAPES // 4)):  # one C loop: no other thread runs in it
-        _recent.pop(old, None)
+def _remember(key: tuple, entry: tuple) -> None:
+    """Keep ``entry`` for a repeated shape; when ``RECENT_SHAPES`` are kept, the oldest quarter goes
+    first (dicts keep insertion order), so a working set under the bound stays whole."""
+    if len(_recent) >= RECENT_SHAPES:
+        for old in list(islice(_recent, RECENT_SHAPES // 4)):  # one C loop: no other thread runs in it
+            _recent.pop(old, None)
+    _recent[key] = entry
 
 
 def _launch(device: int, rows: Any, dtype: str) -> Any:
@@ -214,9 +214,7 @@ def _launch(device: int, rows: Any, dtype: str) -> Any:
     shape = rows.shape
     build = instance_for(device, shape[0], shape[1], dtype)
     if build.apply is not None:  # a variant with a cheaper way to a new tensor (torch_softmax: torch's own)
-        if len(_recent) >= RECENT_SHAPES:
-            _drop_oldest()
-        _recent[(device, (shape[0], shape[1]), rows.dtype)] = (None, None, -1, _callable_number(build.apply))
+        _remember((device, (shape[0], shape[1]), rows.dtype), (None, None, -1, _callable_number(build.apply)))
         return build.apply(rows)
     if _current_device() != device:  # kernel handles and the stream are the current device's
         with torch.cuda.device(device):

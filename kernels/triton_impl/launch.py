@@ -288,9 +288,10 @@ class Launcher:
         ints = args[self._pointers:]
         # what selects the compiled kernel, read without a loop over the arguments: every int's class
         # (32-bit range, == 1, % 16) whether Triton specialises it or not (a finer key, never coarser)
-        launch = self._natives.get((device, dtype, *consts, *map(_int_class, ints)), _UNSEEN)
+        key = (device, dtype, *consts, *map(_int_class, ints))
+        launch = self._natives.get(key, _UNSEEN)
         if launch is _UNSEEN:
-            launch = self._native_launch(device, dtype, args, tuple(consts))
+            launch = self._native_launch(key, device, dtype, args, tuple(consts))
             if launch is _UNSEEN:  # not compiled yet: asked again next time
                 return None
         if launch is None:
@@ -298,11 +299,11 @@ class Launcher:
         function, block_x, shared, pack, pick, nulls, x_slot, out_slot = launch
         return function, grid[0], block_x, shared, pack(*pick(self._zeros + ints)) + nulls, x_slot, out_slot
 
-    def _native_launch(self, device: int, dtype: str, args: Sequence[Any], consts: tuple) -> Any:
-        """What ``native`` keeps per (device, dtype, constexprs, ints' classes): (function, block x,
-        shared memory, the slots' pack, the getter of the packed values from the pointers as 0s and
-        the ints, trailing null slots, x slot, out slot), None where the kernel needs more than a
-        plain launch, ``_UNSEEN`` (kept nowhere) where it has not been compiled yet."""
+    def _native_launch(self, key: tuple, device: int, dtype: str, args: Sequence[Any], consts: tuple) -> Any:
+        """What ``native`` keeps at ``key``, its (device, dtype, constexprs, ints' classes): (function,
+        block x, shared memory, the slots' pack, the getter of the packed values from the pointers as
+        0s and the ints, trailing null slots, x slot, out slot), None where the kernel needs more than
+        a plain launch, ``_UNSEEN`` (kept nowhere) where it has not been compiled yet."""
         from operator import itemgetter
 
         entry = self.compiled.get(self._aligned_key(device, dtype, args, consts))
@@ -314,7 +315,7 @@ class Launcher:
             slot_struct, packed, x_slot, out_slot, block_x, shared, function, nulls = template
             pick = itemgetter(*packed) if len(packed) > 1 else (lambda values, i=packed[0]: (values[i],))
             launch = (function, block_x, shared, slot_struct.pack, pick, nulls, x_slot, out_slot)
-        self._natives[(device, dtype, *consts, *map(_int_class, args[self._pointers:]))] = launch
+        self._natives[key] = launch
         return launch
 
     def _confirmed_template(self, kernel: Any, args: Sequence[Any]) -> tuple | None:
