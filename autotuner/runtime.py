@@ -6,12 +6,15 @@ must cost arithmetic, never a compile or a recording.
 
 - Kernel instances: one build per (variant, config, dtype) (``build_for``), compiled on first use or
   by ``autotuner.warmup``; a build launches every (M, N) its config admits (``kernels.base.Build``).
-- A call on 2-D contiguous rows of a CUDA tensor reads ``select_kernel``'s pick from the GPU's own
-  table (``instance_for``: ``DispatchTable.pick``, the builds kept by candidate), takes the pick's
-  instance and its launch for (M, N) (``Build.native``), and issues it through the native launch
-  module (``kernels.native``): one C call allocates the output and launches. A torch_softmax pick
-  calls ``torch.softmax`` itself (``Build.apply``).
-- Recent shapes: the native launch of the last calls (or, for a torch_softmax pick, its ``apply``)
+- A new shape on 2-D contiguous rows of a CUDA tensor goes to the native plan of its device and
+  dtype (``kernels/native``: the GPU's own table's index, as ``DispatchTable.native_index`` gives
+  it, and per candidate the launches it was taught): one C call picks, works out the launch by the
+  build's ``NativeRule``, allocates the output and launches. Where it cannot (no launch taught for
+  the pick and N's class yet, a pick without a rule, the fallback), it answers the candidate it
+  picked, and the Python side takes the pick's instance (``_instance``), its launch for (M, N)
+  (``Build.native``), issues it through the native module's ``run`` and teaches it to the plan.
+  A torch_softmax pick calls ``torch.softmax`` itself (``Build.apply``).
+- Recent shapes: the native launch of the last calls the plan cannot launch (or, for a torch_softmax pick, its ``apply``)
   is kept per (device, shape, dtype), at most ``RECENT_SHAPES`` of them (the oldest quarter dropped
   when full), so a repeated shape costs one dict probe and that C call. An entry is used only while
   its device is current, on its stream where it holds a stream's buffer, and while its guard holds
@@ -25,8 +28,9 @@ must cost arithmetic, never a compile or a recording.
   through ``_softmax_impl``: validate, lay the rows out as a 2-D contiguous tensor, launch. CPU
   tensors are handed to ``torch.softmax`` (no kernel of ours runs there).
 
-Every cache here is bounded by the kernel instances (builds, GPU keys per device, pickers per
-device and dtype) or by ``RECENT_SHAPES``, never by the shapes met. ``torch.compile`` sees ``torch.ops.autotuner.softmax``,
+Every cache here is bounded by the kernel instances (builds, GPU keys per device, pickers and plans
+per device and dtype, a plan's launches per candidate and class of N) or by ``RECENT_SHAPES``, never
+by the shapes met. ``torch.compile`` sees ``torch.ops.autotuner.softmax``,
 a custom op whose body is the same path.
 """
 from __future__ import annotations
@@ -42,6 +46,7 @@ from autotuner.lookup import select as _select
 from autotuner.lookup.gpu import normalize_gpu_name
 from autotuner.lookup.select import select_kernel
 from kernels import native as native_loader
+from kernels.registry import native_rule
 
 RECENT_SHAPES = 16384  # launches kept for repeated shapes (a bounded memo, its oldest quarter dropped when full; about 0.5 kB each)
 
@@ -56,7 +61,9 @@ _callables: list[Any] = []
 _callable_numbers: dict[Any, int] = {}
 _gpu_keys: dict[int, str] = {}
 # (device index, dtype) -> what instance_for reads picks with (see _picker): bounded by devices x dtypes
-_pickers: dict[tuple[int, str], tuple] = {}
+_pickers: dict[tuple[int, str], list] = {}
+# (device index, torch dtype) -> the picker whose native plan softmax runs a new shape through
+_plans: dict[tuple[int, Any], list] = {}
 _lock = threading.Lock()
 _native_failed: list[str] = []  # the native module's first failure, after which it is not used
 
@@ -71,6 +78,7 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: torch.c
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream)
 _native_run: Any = None  # the loaded module's run(x, stream, *launch), bound once it is loaded
+_plan_run: Any = None  # the loaded module's plan_run(plan, x, stream), bound with _native_run
 _module_loaded: Any = None  # the module, once loaded (reset with _native_run where it fails)
 
 
@@ -114,6 +122,15 @@ def instance_for(device: int, m: int, n: int, dtype: str) -> Any:
     from the GPU's own table with ``DispatchTable.pick`` (the same index, without the answer's time
     model, reason and cached ``KernelChoice``), each candidate's build kept in a list by candidate;
     through ``select_kernel`` where the GPU has no own table (a donor's answer or the fallback)."""
+    return _instance(device, m, n, dtype, NO_PICK)[2]
+
+
+NO_PICK = -2  # _instance: no candidate picked yet (a plan's answer where its index has no leaf)
+
+
+def _instance(device: int, m: int, n: int, dtype: str, candidate: int) -> tuple[Any, int, Any]:
+    """(picker or None where the GPU has no own table, the candidate picked, -1 the fallback, its build)
+    for (m, n): ``candidate`` where a plan picked it already, else the table's pick."""
     store = _select._default_store or _select.default_store()
     picker = _pickers.get((device, dtype))
     if picker is None or picker[0] is not store or picker[1] != store.generation:
@@ -122,25 +139,41 @@ def instance_for(device: int, m: int, n: int, dtype: str) -> Any:
     if table is None:
         choice = select_kernel(m, n, dtype, gpu=_gpu_key(device))
         build = _builds.get((choice.variant, choice.config_items, dtype))
-        return build or _build_on(device, choice.variant, choice.config, dtype, n)
-    candidate = table.pick(m, n, picker[3])
-    slot = -1 if candidate is None else candidate  # the last slot: the fallback's
-    build = picker[4][slot]
+        return None, NO_PICK, build or _build_on(device, choice.variant, choice.config, dtype, n)
+    if candidate == NO_PICK:
+        picked = table.pick(m, n, picker[3])
+        candidate = -1 if picked is None else picked  # the last slot: the fallback's
+    build = picker[4][candidate]
     if build is None:
-        variant, config = ("torch_softmax", {}) if candidate is None else \
+        variant, config = ("torch_softmax", {}) if candidate < 0 else \
             (table.candidates[candidate]["variant"], table.candidates[candidate]["config"])
-        build = picker[4][slot] = _build_on(device, variant, config, dtype, n)
-    return build
+        build = picker[4][candidate] = _build_on(device, variant, config, dtype, n)
+    return picker, candidate, build
 
 
-def _picker(device: int, dtype: str, store: Any) -> tuple:
-    """(store, its generation, the GPU's own table or None, its view, builds by candidate and the
-    fallback's last), kept per (device, dtype) until the store's tables change."""
+def _picker(device: int, dtype: str, store: Any) -> list:
+    """[store, its generation, the GPU's own table or None, its view, builds by candidate and the
+    fallback's last, the native plan or None], kept per (device, dtype) until the store's tables
+    change; the plan is made once the native module is loaded (``_plan_of``)."""
     own = store.own_view(_gpu_key(device), dtype)
     table, view = own if own is not None else (None, 0)
-    picker = _pickers[(device, dtype)] = (store, store.generation, table, view,
-                                          [None] * (len(table.candidates) + 1 if table is not None else 0))
+    picker = _pickers[(device, dtype)] = [store, store.generation, table, view,
+                                          [None] * (len(table.candidates) + 1 if table is not None else 0), None]
     return picker
+
+
+def _plan_of(picker: list, device: int, torch_dtype: Any, module: Any) -> Any:
+    """``picker``'s native plan (``kernels/native``: the table's index and the launches it learns, so that
+    a new shape is picked and launched in one C call), made on first use and kept where ``softmax``
+    looks for it, by (device, torch dtype)."""
+    plan = picker[5]
+    if plan is None:
+        table, view = picker[2], picker[3]
+        exact, partitions = table.native_index(view)
+        torch_softmax = tuple(i for i, candidate in enumerate(table.candidates) if candidate["variant"] == "torch_softmax")
+        plan = picker[5] = module.plan_new(len(table.candidates), exact, partitions, torch_softmax)
+        _plans[(device, torch_dtype)] = picker
+    return plan
 
 
 def _build_on(device: int, variant: str, config: dict[str, Any], dtype: str, n: int) -> Any:
@@ -150,19 +183,19 @@ def _build_on(device: int, variant: str, config: dict[str, Any], dtype: str, n: 
 
 def native_module() -> Any:
     """The native launch module where it is loaded and has not failed (see ``kernels.native``)."""
-    global _native_run, _module_loaded
+    global _native_run, _plan_run, _module_loaded
     if _native_failed:
         return None
     module = native_loader.load()
     if module is not None and _native_run is None:
-        _native_run, _module_loaded = module.run, module
+        _native_run, _plan_run, _module_loaded = module.run, module.plan_run, module
     return module
 
 
-def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
+def _launch_native(device: int, rows: Any, build: Any, shape: Any, picker: Any = None, candidate: int = NO_PICK) -> Any:
     """``rows``' softmax through the native module (``device`` current), or None where it cannot
-    take the call; the launch is kept for the shape (``_recent``)."""
-    global _module_loaded
+    take the call. The launch is taught to the picker's plan where the build has a native rule
+    (the plan then launches every shape of its class itself), else kept for the shape (``_recent``)."""
     module = _module_loaded or native_module()
     guard = build.native_guard
     if module is None or build.native is None or (guard is not None and not guard()):
@@ -174,17 +207,36 @@ def _launch_native(device: int, rows: Any, build: Any, shape: Any) -> Any:
         return None
     try:
         out = module.run(rows, stream, *launch)
+        if out is None:
+            return None
+        rule = native_rule(build) if picker is not None and candidate >= 0 and not build.stream_bound else None
+        if rule is not None and module.plan_learn(_plan_of(picker, device, rows.dtype, module), candidate,
+                                                  rule.for_plan(), guard and _plan_guard(guard), m, n, *launch):
+            return out
     except (RuntimeError, SystemError, TypeError, ValueError) as exc:  # a module built wrong: Python path
-        _native_failed.append(f"{type(exc).__name__}: {exc}")
-        _module_loaded = None
-        _recent.clear()
-        warnings.warn(f"the native launch module failed ({_native_failed[0]}); softmax() takes the Python path",
-                      RuntimeWarning, stacklevel=4)
+        _native_broke(exc)
         return None
-    if out is not None:
-        _remember((device, (m, n), rows.dtype), (launch, stream if build.stream_bound else None,
-                                                 -1 if guard is None else _callable_number(guard), -1))
+    _remember((device, (m, n), rows.dtype), (launch, stream if build.stream_bound else None,
+                                             -1 if guard is None else _callable_number(guard), -1))
     return out
+
+
+def _plan_guard(guard: Any) -> Any:
+    """What the plan checks for a build's native guard (Triton's hooks: read in C where it can)."""
+    from kernels.triton_impl.launch import plan_guard  # guards are Triton's: it is imported already
+
+    return plan_guard(guard)
+
+
+def _native_broke(exc: Exception) -> None:
+    """The native module failed: say so once, and take the Python path from now on."""
+    global _module_loaded
+    _native_failed.append(f"{type(exc).__name__}: {exc}")
+    _module_loaded = None
+    _recent.clear()
+    _plans.clear()
+    warnings.warn(f"the native launch module failed ({_native_failed[0]}); softmax() takes the Python path",
+                  RuntimeWarning, stacklevel=5)
 
 
 def _callable_number(function: Any) -> int:
@@ -209,22 +261,23 @@ def _remember(key: tuple, entry: tuple) -> None:
     _recent[key] = entry
 
 
-def _launch(device: int, rows: Any, dtype: str) -> Any:
-    """The softmax of 2-D contiguous ``rows`` (M, N > 0) on ``device``, on its current stream."""
+def _launch(device: int, rows: Any, dtype: str, candidate: int = NO_PICK) -> Any:
+    """The softmax of 2-D contiguous ``rows`` (M, N > 0) on ``device``, on its current stream;
+    ``candidate``: the table's pick where a plan made it already."""
     shape = rows.shape
-    build = instance_for(device, shape[0], shape[1], dtype)
+    picker, candidate, build = _instance(device, shape[0], shape[1], dtype, candidate)
     if build.apply is not None:  # a variant with a cheaper way to a new tensor (torch_softmax: torch's own)
         _remember((device, (shape[0], shape[1]), rows.dtype), (None, None, -1, _callable_number(build.apply)))
         return build.apply(rows)
     if _current_device() != device:  # kernel handles and the stream are the current device's
         with torch.cuda.device(device):
-            return _launch_current(device, rows, build, shape)
-    out = _launch_native(device, rows, build, shape)  # _launch_current's body: one call fewer on the usual path
+            return _launch_current(device, rows, build, shape, picker, candidate)
+    out = _launch_native(device, rows, build, shape, picker, candidate)  # _launch_current's body, one call fewer
     return out if out is not None else _launch_python(rows, build)
 
 
-def _launch_current(device: int, rows: Any, build: Any, shape: Any) -> Any:
-    out = _launch_native(device, rows, build, shape)
+def _launch_current(device: int, rows: Any, build: Any, shape: Any, picker: Any, candidate: int) -> Any:
+    out = _launch_native(device, rows, build, shape, picker, candidate)
     return out if out is not None else _launch_python(rows, build)
 
 
@@ -295,11 +348,23 @@ def softmax(x: Any, dim: int = -1) -> Any:
     """Softmax over ``dim`` with the dispatched kernel (torch.softmax for CPU tensors)."""
     if _is_compiling():
         return _op(x, dim)
-    # eager: a repeated shape's kept native launch, without the custom-op dispatcher's per-call cost
+    # eager, 2-D contiguous rows: the device's native plan (pick and launch in one C call), else a
+    # repeated shape's kept launch, without the custom-op dispatcher's per-call cost
     if type(x) is _Tensor and (dim == -1 or dim == 1):
         shape = x.shape
         if len(shape) == 2 and x.is_contiguous():
             device = x.get_device()
+            picked = NO_PICK
+            picker = _plans.get((device, x.dtype))  # CUDA tensors only: a CPU tensor's device is -1
+            if picker is not None and picker[0] is _select._default_store and picker[1] == picker[0].generation \
+                    and _current_device() == device:
+                try:  # the softmax, or the candidate the plan picked where it cannot launch it itself
+                    picked = _plan_run(picker[5], x, _raw_stream(device))
+                except (RuntimeError, SystemError, TypeError, ValueError) as exc:
+                    _native_broke(exc)
+                    picked = NO_PICK
+                if type(picked) is not int:
+                    return picked
             entry = _recent.get((device, shape, x.dtype))
             if entry is not None and _current_device() == device:
                 launch, bound, guard, apply = entry
@@ -312,20 +377,22 @@ def softmax(x: Any, dim: int = -1) -> Any:
                         return out
             dtype = _DTYPE_NAMES.get(x.dtype)
             if dtype is not None and shape[0] and shape[1] and x.is_cuda:  # a new shape: no validation to redo
-                return _launch(device, x, dtype)
+                return _launch(device, x, dtype, picked)
     return _softmax_impl(x, dim)
 
 
 def cache_sizes() -> dict[str, int]:
-    """Entries of every cache on softmax()'s path (this module's, the lookup's answers, the CUDA
-    layer's launchers, the Triton launchers' kernels and native launches kept per class of
-    arguments): for benches and the bounded-memory test."""
+    """Entries of every cache on softmax()'s path (this module's, the native plans' launches kept per
+    candidate and class of N, the lookup's answers, the CUDA layer's launchers, the Triton launchers'
+    kernels and native launches kept per class of arguments): for benches and the bounded-memory test."""
     from autotuner.lookup.select import default_store
     from kernels.cuda import launch as cuda_launch
     from kernels.triton_impl import launch as triton_launch
 
     launchers = triton_launch.all_launchers()
+    plans = [picker[5] for picker in _plans.values() if picker[5] is not None]
     return {"builds": len(_builds), "recent_shapes": len(_recent), "gpu_keys": len(_gpu_keys), "pickers": len(_pickers),
+            "plans": len(plans), "plan_launches_kept": sum(_module_loaded.plan_stats(plan)["launches_kept"] for plan in plans),
             "lookup_answers": len(default_store()._cache), "cuda_generic_launchers": len(cuda_launch._generic),
             "triton_compiled_kernels": sum(len(launcher.compiled) for launcher in launchers),
             "triton_native_launches": sum(len(launcher._natives) for launcher in launchers)}

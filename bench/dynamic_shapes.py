@@ -75,9 +75,10 @@ class GcPauses:
         return {"gc_collections_by_generation": self.counts, "gc_pause_ms_by_generation": [round(v, 2) for v in self.ms]}
 
 
-def host_times(inputs, softmax, reference) -> dict:
+def host_times(inputs, softmax, reference, labels=None) -> dict:
     """Per-call host time (us) of ``softmax`` and ``reference`` on each input, alternating; the
-    collector's pauses meanwhile (``GcPauses``), which land on whichever call triggers them."""
+    collector's pauses meanwhile (``GcPauses``), which land on whichever call triggers them; with
+    ``labels`` (one per input: its pick), the medians per label too."""
     import torch
 
     ours, theirs = [], []
@@ -92,7 +93,14 @@ def host_times(inputs, softmax, reference) -> dict:
         torch.cuda.synchronize()
     slowest = {name: [(tuple(inputs[i].shape), round(times[i], 1)) for i in sorted(range(len(times)), key=times.__getitem__)[-6:]]
                for name, times in (("softmax", ours), ("torch", theirs))}
-    return {**pauses.figures(), "slowest_calls": slowest, "softmax_mean_us": statistics.fmean(ours), "torch_mean_us": statistics.fmean(theirs),
+    by_label = {}
+    for label in sorted(set(labels or ())):
+        picked = [i for i, name in enumerate(labels) if name == label]
+        mine, torch_times = statistics.median(ours[i] for i in picked), statistics.median(theirs[i] for i in picked)
+        by_label[label] = {"calls": len(picked), "softmax_median_us": round(mine, 2), "torch_median_us": round(torch_times, 2),
+                           "median_ratio": round(mine / torch_times, 3)}
+    return {**pauses.figures(), "slowest_calls": slowest, **({"by_pick": by_label} if labels else {}),
+            "softmax_mean_us": statistics.fmean(ours), "torch_mean_us": statistics.fmean(theirs),
             "softmax_median_us": statistics.median(ours), "torch_median_us": statistics.median(theirs),
             "softmax_p99_us": sorted(ours)[int(0.99 * len(ours))], "torch_p99_us": sorted(theirs)[int(0.99 * len(theirs))],
             "mean_ratio": statistics.fmean(ours) / statistics.fmean(theirs),
@@ -173,10 +181,30 @@ def gpu_ratio(inputs, softmax, reference, sample: int, rng: random.Random) -> di
             "worst_ratio": math.exp(max(logs)), "best_ratio": math.exp(min(logs))}
 
 
+def plan_counts() -> dict:
+    """Calls the runtime's native plans launched themselves and declined (then the Python path took
+    them), summed over the plans."""
+    from autotuner import runtime
+
+    module = runtime.native_module()
+    stats = [module.plan_stats(picker[5]) for picker in runtime._plans.values()] if module is not None else []
+    return {key: sum(stat[key] for stat in stats) for key in ("launches", "declined")}
+
+
 def workload(name, inputs, fresh, softmax, reference, rng) -> dict:
-    """``inputs`` timed call by call (new, then repeated), ``fresh`` (other shapes, also new) back to back."""
-    first = host_times(inputs, softmax, reference)
-    again = host_times(inputs, softmax, reference)
+    """``inputs`` timed call by call (new, then repeated; the medians also per pick), ``fresh`` (other
+    shapes, also new) back to back; how many of the new shapes' calls the native plans launched themselves."""
+    import torch
+
+    from autotuner import select_kernel
+
+    names = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+    labels = [select_kernel(x.shape[0], x.shape[1], names[x.dtype]).variant for x in inputs]
+    before = plan_counts()
+    first = host_times(inputs, softmax, reference, labels)
+    after = plan_counts()
+    first["plan_launched"], first["plan_declined"] = (after[key] - before[key] for key in ("launches", "declined"))
+    again = host_times(inputs, softmax, reference, labels)
     loop = back_to_back(fresh, softmax, reference)
     result = {"new_shapes": first, "repeats": again, "new_shapes_back_to_back": loop,
               **gpu_ratio(inputs, softmax, reference, 100, rng)}
@@ -184,6 +212,7 @@ def workload(name, inputs, fresh, softmax, reference, rng) -> dict:
           f"{first['mean_ratio']:.2f}x; median {first['median_ratio']:.2f}x), repeats {again['mean_ratio']:.2f}x "
           f"(median {again['median_ratio']:.2f}x), back to back {loop['softmax_wall_us']:.1f} vs "
           f"{loop['torch_wall_us']:.1f} us ({loop['wall_ratio']:.2f}x), GPU {result['gpu_time_ratio_geomean']:.3f}x; "
+          f"plan launched {first['plan_launched']} of {first['calls']}; "
           f"gc on the new pass {first['gc_collections_by_generation']} ({first['gc_pause_ms_by_generation']} ms)",
           file=sys.stderr)
     return result

@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping, NamedTuple
 
 from kernels import source_hash as _source_hashes
 from kernels.dtypes import DTYPE_ALIASES, DTYPE_BYTES, DTYPES, normalize_dtype  # noqa: F401 - re-exported
@@ -146,6 +146,67 @@ class Resources:
 NativeGeometry = Callable[[int, int, int, int], "tuple | None"]
 
 
+class LaunchGeometry(NamedTuple):
+    """Grid x and dynamic shared memory of a kernel's one-dimensional launch over (M, N) rows, m, n >= 1,
+    as data, so that the native module's plans (``kernels/native``) derive the same numbers in C:
+
+    - grid x = ceil(M / ``rows``) * ``per_row``, at most ``cap`` (0: no cap) and, where
+      ``resident_block`` is set, at most the blocks of that many threads the device holds at once;
+    - shared memory = max(0, ceil((N // ``vec``) / ``parts``) - ``held``) 16-byte vectors (``vec`` 0: none).
+
+    Called as ``geometry(m, n) -> (grid x, shared memory)``; a test holds the C reading to this one."""
+
+    rows: int = 1
+    per_row: int = 1
+    cap: int = 0
+    resident_block: int = 0
+    vec: int = 0
+    parts: int = 1
+    held: int = 0
+
+    def __call__(self, m: int, n: int) -> tuple[int, int]:
+        grid = -(-m // self.rows) * self.per_row
+        if self.cap and grid > self.cap:
+            grid = self.cap
+        if self.resident_block and grid > 1:  # the current device's; a build serves every device
+            grid = min(grid, self.resident_blocks())
+        if not self.vec:
+            return grid, 0
+        past_registers = -(-(n // self.vec) // self.parts) - self.held
+        return grid, past_registers * 16 if past_registers > 0 else 0
+
+    def resident_blocks(self) -> int:
+        """Blocks of ``resident_block`` threads the current device holds at once (at least 1)."""
+        from kernels.cuda.loader import device_limits  # the only backend with resident grids
+
+        threads_per_sm, _, sm_count = device_limits()
+        return max(1, threads_per_sm // self.resident_block) * sm_count
+
+
+class NativeRule(NamedTuple):
+    """How a native plan derives a build's launch of any (M, N) from one launch ``Build.native``
+    described (``kernels/native``): grid and shared memory by ``geometry`` (with ``vec`` 0, the
+    described launch's shared memory), rows longer than ``n_max`` declined (0: none), M and N
+    written into argument slots ``m_slot`` and ``n_slot`` (-1: not arguments). ``by_class``: one
+    described launch per class of N (the next power of two, and Triton's specialisation of an int
+    argument: 32-bit range, divisible by 16, and == 1, which is declined), not one for every N."""
+
+    geometry: LaunchGeometry
+    n_max: int = 0
+    by_class: bool = False
+    m_slot: int = -1
+    n_slot: int = -1
+
+    def for_plan(self) -> tuple[int, ...]:
+        """The ints ``plan_learn`` takes, the resident cap read for the current device."""
+        geometry = self.geometry
+        cap = geometry.cap
+        if geometry.resident_block:
+            cap = min(cap or geometry.resident_blocks(), geometry.resident_blocks())
+        return (geometry.rows, geometry.per_row, cap, geometry.vec, geometry.parts, geometry.held, self.n_max,
+                int(self.by_class), self.m_slot, self.n_slot)
+
+
 @dataclass
 class Build:
     """A compiled (variant, config, dtype) instance. ``launch(x, out)`` enqueues the softmax of x into
@@ -160,6 +221,8 @@ class Build:
     launches, a workspace that may move). ``stream_bound``: such a launch holds a buffer of
     ``stream`` and is valid on it only (``kernels/cuda/slot_workspace.py``). ``native_guard``: a
     check that must hold whenever launches so described are issued (Triton: no launch hook registered, which they would skip).
+    ``native_rule`` (optional): how the native module derives ``native``'s launch of any (M, N) from one
+    it was given (``NativeRule``), so that a new shape costs no Python.
     ``apply`` (optional): ``apply(x)`` gives the softmax of x as a new tensor, the bits ``launch``
     gives, where the variant has a cheaper way to it than an allocation and ``launch``
     (torch_softmax: ``torch.softmax`` itself); the runtime then calls it instead.
@@ -177,6 +240,7 @@ class Build:
     stream_bound: bool = False
     native_guard: Callable[[], bool] | None = None
     apply: Callable[[Any], Any] | None = None
+    native_rule: NativeRule | None = None
 
 
 class Variant(ABC):

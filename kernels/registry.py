@@ -9,7 +9,7 @@ import importlib
 import logging
 from functools import lru_cache
 
-from kernels.base import Build, KernelConfig, Support, Variant
+from kernels.base import Build, KernelConfig, LaunchGeometry, NativeRule, Support, Variant
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,19 @@ _REGISTRY: tuple[tuple[str, str], ...] = (
 )
 
 _extra: list[Variant] = []
+
+# Native rules (kernels.base.NativeRule) of variants whose builds do not carry one: kept here, not in
+# their modules, because a variant module's text is its rows' source hash (kernels/source_hash.py), and
+# declaring a rule there would retire every GPU's rows for a change that launches nothing differently.
+# triton_one_row: one program per row (grid = M), one compiled kernel per N's class, N in slot 2.
+_KEPT_NATIVE_RULES = {"triton_one_row": NativeRule(LaunchGeometry(), by_class=True, n_slot=2)}
+
+
+def native_rule(build: Build) -> NativeRule | None:
+    """How the native plans derive ``build``'s launches (``Build.native_rule``, or the one kept above)."""
+    if build.native is None:
+        return None
+    return build.native_rule or _KEPT_NATIVE_RULES.get(build.variant)
 
 
 class UnimportableVariant(Variant):

@@ -59,6 +59,8 @@ CONVERT_COMMAND = "autotuner convert-tables FILE..."
 ARRAY_FIELDS = {"m_edges": "q", "band_start": "q", "n_edges": "q", "cell_ref": "q", "split_start": "q",
                 "split_m": "q", "split_leaf": "q", "leaf_answer": "q", "leaf_model": "f"}
 LEAF_MODEL = 6  # x0, y0, c0, c1, c2, c3 per leaf
+# the int64 partition arrays a native plan reads, in plan_new's order (each leaf's candidate follows)
+PLAN_FIELDS = ("m_edges", "band_start", "n_edges", "cell_ref", "split_start", "split_m", "split_leaf")
 _NAN = float("nan")
 
 
@@ -206,6 +208,23 @@ class DispatchTable(TableFields):
         answer, predicted_us, exact = self.locate(max(m, 1), n)
         candidate = self.answers[answer][0]
         return None if candidate is None else Pick(candidate, predicted_us, exact)
+
+    def native_index(self, view: int = 0) -> tuple[bytes, tuple[tuple[bytes, ...], ...]]:
+        """``view``'s index as the native module's plans take it (``plan_new``, ``kernels/native``): the
+        measured points as int64 (n, m, candidate) triples, and per N class the partition's int64
+        arrays (``PLAN_FIELDS``, then each leaf's candidate), candidates -1 for the fallback. The
+        same arrays this class bisects, so the two picks agree exactly (a test holds them to it)."""
+        candidates = [-1 if answer[0] is None else answer[0] for answer in self.answers]
+        exact = array("q")
+        for n, by_m in self._exact[view].items():
+            for m, (answer, _, _) in by_m.items():
+                exact.extend((n, m, candidates[answer]))
+        partitions = []
+        for fields in self._encoded[view]:
+            arrays = [decode_array(fields[name], ARRAY_FIELDS[name]) for name in PLAN_FIELDS]
+            arrays.append(array("q", map(candidates.__getitem__, decode_array(fields["leaf_answer"], "q"))))
+            partitions.append(tuple(values.tobytes() for values in arrays))  # native byte order, as C reads them
+        return exact.tobytes(), tuple(partitions)
 
     def _decode(self, view: int, odd: bool) -> _Partition:
         partition = self._partitions[view][odd] = _Partition(self._encoded[view][odd], self.answers)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kernels.base import DTYPE_BYTES, KernelConfig
-from kernels.cuda.common import CudaVariant, one_block_per_row
+from kernels.cuda.common import CudaVariant, ONE_BLOCK_PER_ROW
 from kernels.cuda.loader import CUDA_TYPE
 
 GRID_X_MAX = 2**31 - 1
@@ -49,7 +49,7 @@ class BlockRowVariant(CudaVariant):
         return f"{self.kernel}<{CUDA_TYPE[dtype]}, {int(config['block'])}, {int(config['items'])}>"
 
     def geometry(self, config: KernelConfig, dtype: str):
-        return one_block_per_row
+        return ONE_BLOCK_PER_ROW
 
 
 class BlockOnlineCuda(BlockRowVariant):

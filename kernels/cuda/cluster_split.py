@@ -18,7 +18,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from kernels.base import SUPPORTED, Build, KernelConfig, Support, unsupported
+from kernels.base import SUPPORTED, Build, KernelConfig, LaunchGeometry, Support, unsupported
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
@@ -140,13 +140,7 @@ class ClusterSplitCuda(CudaVariant):
         the registers. A row has at most n // VEC whole vectors and a block at most a 1/C share of
         them, rounded up."""
         cluster, block, packs, _ = self._shape(config)
-        vec, held = vector_width(dtype), block * packs
-
-        def of(m: int, n: int) -> tuple[int, int]:
-            past_registers = -(-(n // vec) // cluster) - held
-            return cluster * m, past_registers * VECTOR_BYTES if past_registers > 0 else 0
-
-        return of
+        return LaunchGeometry(per_row=cluster, vec=vector_width(dtype), parts=cluster, held=block * packs)
 
     def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
         function, seconds = loader.get_function(self.source, self.name_expression(config, dtype), code=self.source_code())
@@ -155,7 +149,7 @@ class ClusterSplitCuda(CudaVariant):
         threads = self.threads(config)
         resources = loader.resources_of(function, threads, self.dynamic_smem(config, dtype, n), compile_seconds=seconds)
         launch, native = self.make_launcher(function, config, dtype, threads)
-        return Build(self.name, config, dtype, launch, resources, native)
+        return Build(self.name, config, dtype, launch, resources, native, native_rule=self.native_rule(config, dtype))
 
     def launch_row_limit(self, config: KernelConfig, dtype: str) -> int | None:
         return self.constraints(config, dtype)["n_max"]  # the cluster's registers and shared memory

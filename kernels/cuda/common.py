@@ -11,11 +11,11 @@ module. Workspaces (split-row) are the subclass's, allocated in ``build``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from kernels.base import SUPPORTED, Build, KernelConfig, Resources, Support, Variant
+from kernels.base import SUPPORTED, Build, KernelConfig, LaunchGeometry, NativeRule, Resources, Support, Variant
 from kernels.cuda import loader
 
 class CudaVariant(Variant):
@@ -53,10 +53,10 @@ class CudaVariant(Variant):
     def threads(self, config: KernelConfig) -> int:
         return int(config["block"])
 
-    def geometry(self, config: KernelConfig, dtype: str) -> Callable[[int, int], tuple[int, int]]:
-        """``(m, n) -> (grid x, dynamic shared memory in bytes)`` of the config's launches, m >= 1: read
-        the config's numbers here, once per build, and return a function of (m, n) alone; it runs on
-        every call that meets a new shape. Grids are one-dimensional and do not depend on the dtype."""
+    def geometry(self, config: KernelConfig, dtype: str) -> LaunchGeometry:
+        """The config's launches as a ``LaunchGeometry``: ``geometry(m, n) -> (grid x, dynamic shared
+        memory in bytes)``, m >= 1, the config's numbers read here once per build; the native module's
+        plans read the same numbers in C. Grids are one-dimensional and do not depend on the dtype."""
         raise NotImplementedError
 
     def grid(self, config: KernelConfig, m: int, n: int) -> tuple[int, int, int]:
@@ -93,7 +93,8 @@ class CudaVariant(Variant):
         smem = self.dynamic_smem(config, dtype, n)
         resources = loader.resources_of(function, threads, smem, compile_seconds=seconds)
         launch, native = self.build_launcher(function, config, dtype, resources)
-        return Build(self.name, config, dtype, launch, resources, native, self.native_stream_bound)
+        rule = self.native_rule(config, dtype) if native is not None else None
+        return Build(self.name, config, dtype, launch, resources, native, self.native_stream_bound, native_rule=rule)
 
     def build_launcher(self, function: Any, config: KernelConfig, dtype: str, resources: Resources):
         """``(launch, native)`` of one build (``Build``), given what the driver reported for it:
@@ -131,7 +132,12 @@ class CudaVariant(Variant):
 
         return launch, kernel.row_native(geometry, n_max)
 
+    def native_rule(self, config: KernelConfig, dtype: str) -> NativeRule | None:
+        """How the native plans derive a launch of the default signature from ``geometry`` (M and N
+        in slots 2 and 3); None for a variant with its own arguments or launch."""
+        if type(self).kernel_args is not CudaVariant.kernel_args or type(self).geometry is CudaVariant.geometry:
+            return None
+        return NativeRule(self.geometry(config, dtype), self.launch_row_limit(config, dtype) or 0, m_slot=2, n_slot=3)
 
-def one_block_per_row(m: int, n: int) -> tuple[int, int]:
-    """``CudaVariant.geometry`` of a kernel with one block per row and no dynamic shared memory."""
-    return m, 0
+
+ONE_BLOCK_PER_ROW = LaunchGeometry()  # ``CudaVariant.geometry`` of one block per row, no dynamic shared memory

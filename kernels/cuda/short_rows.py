@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kernels.base import KernelConfig
-from kernels.cuda import loader
+from kernels.base import KernelConfig, LaunchGeometry
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
 from kernels.cuda.warp_row import vec_items  # same 16-byte split of a lane's elements
@@ -79,16 +78,5 @@ class ShortRowsCuda(CudaVariant):
     def geometry(self, config: KernelConfig, dtype: str):
         """A block per tile of rows; a persistent config's grid is capped at the blocks the device
         holds at once (asked of the current device per call: a build serves every device)."""
-        tile, block = self.tile_rows(config), int(config["block"])
-
-        def tiles(m: int, n: int) -> tuple[int, int]:
-            return min(-(-m // tile), MAX_GRID_X), 0
-
-        def persistent_tiles(m: int, n: int) -> tuple[int, int]:
-            tiles = min(-(-m // tile), MAX_GRID_X)
-            if tiles > 1:  # one block is never above the cap
-                threads_per_sm, _, sm_count = loader.device_limits()
-                tiles = min(tiles, max(1, threads_per_sm // block) * sm_count)
-            return tiles, 0
-
-        return persistent_tiles if int(config["persistent"]) else tiles
+        resident = int(config["block"]) if int(config["persistent"]) else 0
+        return LaunchGeometry(rows=self.tile_rows(config), cap=MAX_GRID_X, resident_block=resident)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kernels.base import KernelConfig
+from kernels.base import KernelConfig, LaunchGeometry
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
@@ -71,7 +71,7 @@ class _SmemCacheCuda(CudaVariant):
 
     def geometry(self, config: KernelConfig, dtype: str):
         block, regs = int(config["block"]), int(config["regs"])
-        return lambda m, n: (m, cache_bytes(block, regs, n, dtype))  # one block per row
+        return LaunchGeometry(vec=vector_width(dtype), held=regs * block)  # one block per row: cache_bytes
 
 
 class SmemCacheMediumCuda(_SmemCacheCuda):

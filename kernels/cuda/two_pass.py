@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kernels.base import DTYPE_BYTES, KernelConfig
-from kernels.cuda.common import CudaVariant, one_block_per_row
+from kernels.cuda.common import CudaVariant, ONE_BLOCK_PER_ROW
 from kernels.cuda.loader import CUDA_TYPE
 
 VECTOR_BYTES = 16  # every load and store of a row body is one 16-byte vector
@@ -46,4 +46,4 @@ class TwoPassCuda(CudaVariant):
         return f"softmax_two_pass<{CUDA_TYPE[dtype]}, {config['block']}, {config['unroll']}>"
 
     def geometry(self, config: KernelConfig, dtype: str):
-        return one_block_per_row
+        return ONE_BLOCK_PER_ROW

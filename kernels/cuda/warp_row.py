@@ -2,7 +2,7 @@
 no barriers (seeds 000 / 004). Source: ``warp_row.cu``."""
 from __future__ import annotations
 
-from kernels.base import DTYPE_BYTES, KernelConfig
+from kernels.base import DTYPE_BYTES, KernelConfig, LaunchGeometry
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
 
@@ -45,4 +45,4 @@ class WarpRowCuda(CudaVariant):
 
     def geometry(self, config: KernelConfig, dtype: str):
         rows = int(config["block"]) // int(config["lanes"])  # rows per block
-        return lambda m, n: (-(-m // rows), 0)
+        return LaunchGeometry(rows=rows)

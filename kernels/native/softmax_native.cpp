@@ -11,11 +11,17 @@
 #include <Python.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <unordered_map>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/softmax.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 namespace {
@@ -66,6 +72,38 @@ bool resolve_driver() {
   return true;
 }
 
+// Allocate x's output and launch ``function`` on it: ``values`` are the n argument slots, x and out
+// patched in at x_slot and out_slot. Returns the output; None where x's or the output's data pointer
+// is not 16-byte aligned (nothing launched); nullptr with a Python error where the launch fails.
+PyObject* allocate_and_launch(const at::Tensor& x, void* stream, void* function, unsigned long grid_x,
+                              unsigned long block_x, unsigned long shared_mem, uint64_t* values, std::size_t n,
+                              Py_ssize_t x_slot, Py_ssize_t out_slot) {
+  if (!resolve_driver()) return nullptr;
+  try {
+    auto xp = reinterpret_cast<uint64_t>(x.data_ptr());
+    if (xp & 15) Py_RETURN_NONE;
+    at::Tensor out = at::empty_like(x);
+    auto op = reinterpret_cast<uint64_t>(out.data_ptr());
+    if (op & 15) Py_RETURN_NONE;
+    void* params[kMaxSlots];
+    values[x_slot] = xp;
+    values[out_slot] = op;
+    for (std::size_t i = 0; i < n; ++i) params[i] = &values[i];
+    int status = launch_kernel(function, grid_x, 1, 1, block_x, 1, 1, shared_mem, stream, params, nullptr);
+    if (status == kInvalidContext && make_primary_context_current(x.get_device())) {
+      status = launch_kernel(function, grid_x, 1, 1, block_x, 1, 1, shared_mem, stream, params, nullptr);
+    }
+    if (status != 0) {
+      PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed: CUresult %d", status);
+      return nullptr;
+    }
+    return THPVariable_Wrap(std::move(out));
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
 // run(x, stream, function, grid_x, block_x, shared_mem, slots, x_slot, out_slot) -> out, or None where
 // x's data pointer is not 16-byte aligned (the caller then takes its own path). One launch of grid
 // (grid_x, 1, 1) and block (block_x, 1, 1); slots: every argument in an 8-byte slot, x and out
@@ -96,33 +134,10 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
                  "among them", kMaxSlots);
     return nullptr;
   }
-  if (!resolve_driver()) return nullptr;
-  try {
-    const at::Tensor& x = THPVariable_Unpack(args[0]);
-    auto xp = reinterpret_cast<uint64_t>(x.data_ptr());
-    if (xp & 15) Py_RETURN_NONE;
-    at::Tensor out = at::empty_like(x);
-    auto op = reinterpret_cast<uint64_t>(out.data_ptr());
-    if (op & 15) Py_RETURN_NONE;
-    uint64_t values[kMaxSlots];
-    void* params[kMaxSlots];
-    std::memcpy(values, PyBytes_AS_STRING(args[6]), n * 8);
-    values[x_slot] = xp;
-    values[out_slot] = op;
-    for (std::size_t i = 0; i < n; ++i) params[i] = &values[i];
-    int status = launch_kernel(function, grid_x, 1, 1, block_x, 1, 1, shared_mem, stream, params, nullptr);
-    if (status == kInvalidContext && make_primary_context_current(x.get_device())) {
-      status = launch_kernel(function, grid_x, 1, 1, block_x, 1, 1, shared_mem, stream, params, nullptr);
-    }
-    if (status != 0) {
-      PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed: CUresult %d", status);
-      return nullptr;
-    }
-    return THPVariable_Wrap(std::move(out));
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
+  uint64_t values[kMaxSlots];
+  std::memcpy(values, PyBytes_AS_STRING(args[6]), n * 8);
+  return allocate_and_launch(THPVariable_Unpack(args[0]), stream, function, grid_x, block_x, shared_mem, values, n,
+                             x_slot, out_slot);
 }
 
 // param_sizes(function) -> tuple of each kernel parameter's size in bytes, as the driver reports it
@@ -165,11 +180,457 @@ PyObject* empty_like(PyObject*, PyObject* x) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Plans: a new (M, N) launched from C. A plan holds, for one device and dtype, the GPU's decision
+// index as the lookup reads it (autotuner/lookup/table.py: the measured points, then per N class a
+// partition of M x N into bands, cells and M ranges, each leaf naming its candidate) and, per
+// candidate, the rule that derives a launch of any (M, N) from one launch the Python side described
+// (kernels/base.py, NativeRule). plan_run picks, derives and launches; where it cannot (no rule, no
+// launch learned for N's class yet, a guard that does not hold, shared memory past what was opted
+// into, a misaligned pointer) it returns the candidate it picked, and the caller takes its own path
+// and may teach the plan that launch (plan_learn). Integer arithmetic only: the pick is the index's
+// own bisects, so the Python lookup and this one agree exactly (a test holds them to it).
+
+constexpr int64_t kMaxGrid = 2147483647;  // gridDim.x limit
+constexpr int64_t kNoAnswer = -2;         // the plan's index has no leaf for the shape: the caller picks
+
+struct Rule {
+  bool set = false;
+  int64_t rows = 1, per_row = 1, cap = 0, vec = 0, parts = 1, held = 0, n_max = 0;
+  bool by_class = false;  // a launch per class of N (Triton: BLOCK = next power of two, N's specialisation)
+  int64_t m_slot = -1, n_slot = -1;  // the argument slots M and N are packed at (-1: not an argument)
+  PyObject* guard = nullptr;  // checked before each launch (owned reference): see guard_holds
+};
+
+struct Template {
+  void* function = nullptr;
+  unsigned long block_x = 0, shared_mem = 0, shared_mem_ok = 0;
+  std::size_t n = 0;
+  Py_ssize_t x_slot = 0, out_slot = 0;
+  uint64_t values[kMaxSlots];
+};
+
+struct Partition {
+  std::vector<int64_t> m_edges, band_start, n_edges, cell_ref, split_start, split_m, split_leaf, leaf_slot;
+};
+
+struct Plan {
+  std::vector<std::array<int64_t, 3>> exact;  // (n, m, candidate), sorted
+  Partition partitions[2];                    // N % 8 == 0, other N
+  std::vector<Rule> rules;                    // per candidate
+  std::vector<char> torch_softmax;            // per candidate: torch.softmax's own (as the fallback, -1, is)
+  std::vector<std::unordered_map<uint64_t, Template>> templates;  // per candidate, by class of N
+  uint64_t launches = 0, declined = 0;
+};
+
+constexpr const char* kPlanCapsule = "softmax_autotuner.plan";
+
+void free_plan(PyObject* capsule) {
+  auto* plan = static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));
+  if (!plan) return;
+  for (Rule& rule : plan->rules) Py_XDECREF(rule.guard);
+  delete plan;
+}
+
+Plan* plan_of(PyObject* capsule) {
+  return static_cast<Plan*>(PyCapsule_GetPointer(capsule, kPlanCapsule));  // sets TypeError/ValueError
+}
+
+// the index of the last edge <= value among [first, last), or -1 (bisect_right - 1)
+int64_t last_at_most(const int64_t* first, const int64_t* last, int64_t value) {
+  return (std::upper_bound(first, last, value) - first) - 1;
+}
+
+int64_t pick(const Plan& plan, int64_t m, int64_t n) {
+  std::array<int64_t, 3> probe{n, m, INT64_MIN};
+  auto found = std::lower_bound(plan.exact.begin(), plan.exact.end(), probe);
+  if (found != plan.exact.end() && (*found)[0] == n && (*found)[1] == m) return (*found)[2];
+  const Partition& part = plan.partitions[(n & 7) != 0];
+  int64_t band = last_at_most(part.m_edges.data(), part.m_edges.data() + part.m_edges.size(), m);
+  if (band < 0 || band + 1 >= static_cast<int64_t>(part.band_start.size())) return kNoAnswer;
+  int64_t first = part.band_start[band], end = part.band_start[band + 1];
+  int64_t cell = last_at_most(part.n_edges.data() + first, part.n_edges.data() + end, n);
+  if (cell < 0) return kNoAnswer;
+  int64_t ref = part.cell_ref[first + cell], leaf = ref;
+  if (ref < 0) {  // a cell split along M: split -(ref + 1)'s ranges
+    int64_t split = -(ref + 1);
+    int64_t a = part.split_start[split], b = part.split_start[split + 1];
+    int64_t range = last_at_most(part.split_m.data() + a, part.split_m.data() + b, m);
+    if (range < 0) return kNoAnswer;
+    leaf = part.split_leaf[a + range];
+  }
+  return part.leaf_slot[leaf];
+}
+
+// Triton's classes of an int argument: 32-bit range, == 1, divisible by 16 (kernels/triton_impl/launch.py)
+uint64_t int_class(int64_t value) {
+  return (value >= INT32_MIN && value <= INT32_MAX) * 4 + (value == 1) * 2 + ((value & 15) == 0);
+}
+
+// the class of (m, n) a rule keeps one launch for; false where the rule declines it (an argument == 1
+// is a constant to Triton: its launch has one argument fewer)
+bool class_of(const Rule& rule, int64_t m, int64_t n, uint64_t* key) {
+  if (!rule.by_class) { *key = 0; return true; }
+  if (n == 1 || (rule.m_slot >= 0 && m == 1)) return false;
+  uint64_t log2_block = 0;
+  while ((int64_t{1} << log2_block) < n && log2_block < 62) ++log2_block;
+  *key = log2_block | int_class(n) << 8 | (rule.m_slot >= 0 ? int_class(m) : 0) << 12;
+  return true;
+}
+
+// grid x and dynamic shared memory of (m, n), m, n >= 1, by the rule (kernels/base.py, LaunchGeometry);
+// false where the grid does not fit gridDim.x
+bool geometry(const Rule& rule, int64_t m, int64_t n, int64_t* grid, int64_t* shared_mem) {
+  int64_t blocks = (m + rule.rows - 1) / rule.rows;
+  if (blocks > kMaxGrid / rule.per_row) return false;
+  blocks *= rule.per_row;
+  if (rule.cap && blocks > rule.cap) blocks = rule.cap;
+  if (blocks > kMaxGrid) return false;
+  *grid = blocks;
+  *shared_mem = 0;
+  if (rule.vec) {
+    int64_t past_registers = ((n / rule.vec) + rule.parts - 1) / rule.parts - rule.held;
+    *shared_mem = past_registers > 0 ? past_registers * 16 : 0;
+  }
+  return true;
+}
+
+bool read_int64s(PyObject* bytes, std::vector<int64_t>* out, const char* what) {
+  if (!PyBytes_Check(bytes) || PyBytes_GET_SIZE(bytes) % 8) {
+    PyErr_Format(PyExc_TypeError, "plan_new: %s must be bytes of int64 values", what);
+    return false;
+  }
+  out->resize(PyBytes_GET_SIZE(bytes) / 8);
+  std::memcpy(out->data(), PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
+  return true;
+}
+
+// plan_new(candidates, exact, partitions, torch_softmax) -> plan. exact: bytes of int64 (n, m, candidate) triples;
+// partitions: two tuples (N % 8 == 0, other N) of 8 bytes objects of int64 values: m_edges, band_start,
+// n_edges, cell_ref, split_start, split_m, split_leaf, leaf_candidate (-1: the fallback), as
+// autotuner/lookup/table.py documents them; torch_softmax: the candidates that are torch.softmax (as
+// the fallback is), which the plan computes with at::softmax, as torch.softmax(x, -1) does.
+PyObject* plan_new(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4 || !PyLong_Check(args[0]) || !PyTuple_Check(args[2]) || PyTuple_GET_SIZE(args[2]) != 2 ||
+      !PyTuple_Check(args[3])) {
+    PyErr_SetString(PyExc_TypeError, "plan_new(candidates: int, exact: bytes, partitions: (tuple, tuple), "
+                    "torch_softmax: tuple of candidates)");
+    return nullptr;
+  }
+  auto plan = std::make_unique<Plan>();
+  Py_ssize_t candidates = PyLong_AsSsize_t(args[0]);
+  if (candidates < 0 || candidates > 4096) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "plan_new: 0 to 4096 candidates");
+    return nullptr;
+  }
+  plan->rules.resize(candidates);
+  plan->templates.resize(candidates);
+  plan->torch_softmax.assign(candidates, 0);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[3]); ++i) {
+    Py_ssize_t candidate = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[3], i));
+    if (candidate < 0 || candidate >= candidates) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "plan_new: a torch_softmax candidate outside the plan");
+      return nullptr;
+    }
+    plan->torch_softmax[candidate] = 1;
+  }
+  std::vector<int64_t> exact;
+  if (!read_int64s(args[1], &exact, "exact") || exact.size() % 3) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "plan_new: exact holds (n, m, candidate) triples");
+    return nullptr;
+  }
+  for (std::size_t i = 0; i < exact.size(); i += 3) plan->exact.push_back({exact[i], exact[i + 1], exact[i + 2]});
+  std::sort(plan->exact.begin(), plan->exact.end());
+  for (int odd = 0; odd < 2; ++odd) {
+    PyObject* fields = PyTuple_GET_ITEM(args[2], odd);
+    if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) != 8) {
+      PyErr_SetString(PyExc_TypeError, "plan_new: a partition is a tuple of 8 bytes objects");
+      return nullptr;
+    }
+    Partition& part = plan->partitions[odd];
+    std::vector<int64_t>* arrays[8] = {&part.m_edges, &part.band_start, &part.n_edges, &part.cell_ref,
+                                       &part.split_start, &part.split_m, &part.split_leaf, &part.leaf_slot};
+    for (int i = 0; i < 8; ++i) {
+      if (!read_int64s(PyTuple_GET_ITEM(fields, i), arrays[i], "a partition array")) return nullptr;
+    }
+    // every reference stays inside its array, so a damaged index can answer wrong but never read out of bounds
+    auto within = [](const std::vector<int64_t>& values, int64_t low, int64_t high) {
+      return std::all_of(values.begin(), values.end(), [&](int64_t v) { return v >= low && v <= high; });
+    };
+    int64_t cells = part.cell_ref.size(), splits = static_cast<int64_t>(part.split_start.size()) - 1;
+    int64_t leaves = part.leaf_slot.size();
+    bool ok = part.band_start.size() == part.m_edges.size() + 1 && within(part.band_start, 0, cells) &&
+              std::is_sorted(part.band_start.begin(), part.band_start.end()) && part.n_edges.size() == part.cell_ref.size() &&
+              splits >= 0 && within(part.split_start, 0, part.split_m.size()) &&
+              std::is_sorted(part.split_start.begin(), part.split_start.end()) &&
+              part.split_m.size() == part.split_leaf.size() && within(part.split_leaf, 0, leaves - 1) &&
+              within(part.cell_ref, -splits, leaves - 1) && within(part.leaf_slot, -1, candidates - 1) &&
+              (part.split_start.empty() || part.split_start.back() == static_cast<int64_t>(part.split_m.size()));
+    if (!ok) {
+      PyErr_SetString(PyExc_ValueError, "plan_new: a partition's arrays do not fit together");
+      return nullptr;
+    }
+  }
+  for (const auto& point : plan->exact) {
+    if (point[2] < -1 || point[2] >= candidates) {
+      PyErr_SetString(PyExc_ValueError, "plan_new: an exact point names a candidate outside the plan");
+      return nullptr;
+    }
+  }
+  PyObject* capsule = PyCapsule_New(plan.get(), kPlanCapsule, free_plan);
+  if (capsule) plan.release();
+  return capsule;
+}
+
+// plan_pick(plan, m, n) -> candidate (-1: the fallback; -2: the index has no leaf there), m, n >= 1
+PyObject* plan_pick(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "plan_pick(plan, m: int, n: int)");
+    return nullptr;
+  }
+  Plan* plan = plan_of(args[0]);
+  if (!plan) return nullptr;
+  int64_t m = PyLong_AsLongLong(args[1]), n = PyLong_AsLongLong(args[2]);
+  if (PyErr_Occurred()) return nullptr;
+  return PyLong_FromLongLong(m >= 1 && n >= 1 ? pick(*plan, m, n) : kNoAnswer);
+}
+
+// Whether a rule's guard holds: a callable returning true, or (runtime, HookChain): Triton's launch hooks
+// (runtime.launch_enter_hook, runtime.launch_exit_hook) are both empty HookChains, read here without
+// calling Python, as kernels/triton_impl/launch.py's hooks_idle_check states it. -1 with a Python error.
+int guard_holds(PyObject* guard) {
+  if (PyTuple_Check(guard)) {
+    static PyObject* names[2] = {PyUnicode_InternFromString("launch_enter_hook"),
+                                 PyUnicode_InternFromString("launch_exit_hook")};
+    static PyObject* calls_name = PyUnicode_InternFromString("calls");
+    PyObject* runtime = PyTuple_GET_ITEM(guard, 0);
+    PyObject* chain_type = PyTuple_GET_ITEM(guard, 1);
+    for (PyObject* name : names) {
+      PyObject* hook = PyObject_GetAttr(runtime, name);
+      if (!hook) return -1;
+      bool chain = reinterpret_cast<PyObject*>(Py_TYPE(hook)) == chain_type;
+      PyObject* calls = chain ? PyObject_GetAttr(hook, calls_name) : nullptr;
+      Py_DECREF(hook);
+      if (chain && !calls) return -1;
+      bool idle = calls && PyList_CheckExact(calls) && PyList_GET_SIZE(calls) == 0;
+      Py_XDECREF(calls);
+      if (!idle) return 0;
+    }
+    return 1;
+  }
+  PyObject* held = PyObject_CallNoArgs(guard);
+  if (!held) return -1;
+  int truth = PyObject_IsTrue(held);
+  Py_DECREF(held);
+  return truth;
+}
+
+bool read_rule(PyObject* tuple, PyObject* guard, Rule* rule) {
+  if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != 10) {
+    PyErr_SetString(PyExc_TypeError, "a rule is (rows, per_row, cap, vec, parts, held, n_max, by_class, m_slot, "
+                    "n_slot), ints");
+    return false;
+  }
+  int64_t v[10];
+  for (int i = 0; i < 10; ++i) {
+    v[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
+    if (PyErr_Occurred()) return false;
+  }
+  if (v[0] < 1 || v[1] < 1 || v[2] < 0 || v[3] < 0 || v[4] < 1 || v[6] < 0 || v[8] < -1 || v[9] < -1 ||
+      v[8] >= static_cast<int64_t>(kMaxSlots) || v[9] >= static_cast<int64_t>(kMaxSlots)) {
+    PyErr_SetString(PyExc_ValueError, "a rule's numbers are out of range");
+    return false;
+  }
+  if (guard != Py_None && !PyCallable_Check(guard) &&
+      !(PyTuple_Check(guard) && PyTuple_GET_SIZE(guard) == 2 && PyType_Check(PyTuple_GET_ITEM(guard, 1)))) {
+    PyErr_SetString(PyExc_TypeError, "a rule's guard is a callable, (Triton's knobs.runtime, HookChain) or None");
+    return false;
+  }
+  Py_XDECREF(rule->guard);
+  *rule = Rule{true, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] != 0, v[8], v[9], nullptr};
+  if (guard != Py_None) {
+    Py_INCREF(guard);
+    rule->guard = guard;
+  }
+  return true;
+}
+
+// plan_learn(plan, candidate, rule, guard, m, n, function, grid_x, block_x, shared_mem, slots, x_slot,
+// out_slot) -> bool: keep the launch the caller described for (m, n) (the arguments of run after x and
+// the stream) as the candidate's launch for (m, n)'s class, where the rule derives exactly that launch
+// from it; false (nothing kept) where it does not.
+PyObject* plan_learn(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 13 || !PyBytes_Check(args[10])) {
+    PyErr_SetString(PyExc_TypeError, "plan_learn(plan, candidate, rule, guard, m, n, function, grid_x, block_x, "
+                    "shared_mem, slots: bytes, x_slot, out_slot)");
+    return nullptr;
+  }
+  Plan* plan = plan_of(args[0]);
+  if (!plan) return nullptr;
+  int64_t candidate = PyLong_AsLongLong(args[1]);
+  int64_t m = PyLong_AsLongLong(args[4]), n = PyLong_AsLongLong(args[5]);
+  void* function = PyLong_AsVoidPtr(args[6]);
+  int64_t grid_x = PyLong_AsLongLong(args[7]);
+  unsigned long block_x = PyLong_AsUnsignedLong(args[8]);
+  unsigned long shared_mem = PyLong_AsUnsignedLong(args[9]);
+  Py_ssize_t x_slot = PyLong_AsSsize_t(args[11]), out_slot = PyLong_AsSsize_t(args[12]);
+  if (PyErr_Occurred()) return nullptr;
+  std::size_t slots = static_cast<std::size_t>(PyBytes_GET_SIZE(args[10]) / 8);
+  if (candidate < 0 || candidate >= static_cast<int64_t>(plan->rules.size()) || m < 1 || n < 1 || !function ||
+      PyBytes_GET_SIZE(args[10]) % 8 || slots > kMaxSlots || x_slot < 0 || out_slot < 0 ||
+      static_cast<std::size_t>(x_slot) >= slots || static_cast<std::size_t>(out_slot) >= slots) {
+    PyErr_SetString(PyExc_ValueError, "plan_learn: a candidate of the plan, m, n >= 1 and a launch as run takes it");
+    return nullptr;
+  }
+  Rule& rule = plan->rules[candidate];
+  if (!read_rule(args[2], args[3], &rule)) return nullptr;
+  Template learned;
+  learned.function = function;
+  learned.block_x = block_x;
+  learned.shared_mem = learned.shared_mem_ok = shared_mem;
+  learned.n = slots;
+  learned.x_slot = x_slot;
+  learned.out_slot = out_slot;
+  std::memcpy(learned.values, PyBytes_AS_STRING(args[10]), slots * 8);
+  uint64_t key = 0;
+  int64_t grid = 0, derived_smem = 0;
+  auto slot_holds = [&](int64_t slot, int64_t value) {
+    return slot < 0 || (static_cast<std::size_t>(slot) < slots && learned.values[slot] == static_cast<uint64_t>(value));
+  };
+  bool agrees = class_of(rule, m, n, &key) && geometry(rule, m, n, &grid, &derived_smem) && grid == grid_x &&
+                (!rule.vec || derived_smem == static_cast<int64_t>(shared_mem)) && (!rule.n_max || n <= rule.n_max) &&
+                slot_holds(rule.m_slot, m) && slot_holds(rule.n_slot, n);
+  if (!agrees) Py_RETURN_FALSE;
+  auto& kept = plan->templates[candidate];
+  auto found = kept.find(key);
+  if (found != kept.end() && found->second.function == function) {  // the same kernel: widen the opt-in seen
+    found->second.shared_mem_ok = std::max(found->second.shared_mem_ok, shared_mem);
+  } else {
+    kept[key] = learned;
+  }
+  Py_RETURN_TRUE;
+}
+
+// plan_run(plan, x, stream) -> the softmax of x (a 2-D contiguous CUDA tensor on the current device,
+// of the plan's dtype, M, N >= 1: the caller's contract), or the candidate the plan picked for it
+// (an int) where the plan does not launch it itself (see above). A torch.softmax pick (the fallback's
+// included) is at::softmax on torch's current stream, as torch.softmax(x, -1) computes it.
+PyObject* plan_run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3 || !THPVariable_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "plan_run(plan, x: Tensor, stream: int)");
+    return nullptr;
+  }
+  Plan* plan = plan_of(args[0]);
+  if (!plan) return nullptr;
+  void* stream = PyLong_AsVoidPtr(args[2]);
+  if (!stream && PyErr_Occurred()) return nullptr;
+  const at::Tensor& x = THPVariable_Unpack(args[1]);
+  if (x.dim() != 2) {
+    PyErr_SetString(PyExc_ValueError, "plan_run: x must be 2-D");
+    return nullptr;
+  }
+  int64_t m = x.size(0), n = x.size(1);
+  int64_t candidate = m >= 1 && n >= 1 ? pick(*plan, m, n) : kNoAnswer;
+  if (candidate == kNoAnswer) return PyLong_FromLongLong(candidate);
+  if (candidate == -1 || plan->torch_softmax[candidate]) {  // torch.softmax(x, -1), without its argument parser
+    try {
+      PyObject* out = THPVariable_Wrap(at::softmax(x, -1));
+      if (out) ++plan->launches;
+      return out;
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      return nullptr;
+    }
+  }
+  const Rule& rule = plan->rules[candidate];
+  uint64_t key = 0;
+  int64_t grid = 0, shared_mem = 0;
+  if (!rule.set || (rule.n_max && n > rule.n_max) || !class_of(rule, m, n, &key) ||
+      !geometry(rule, m, n, &grid, &shared_mem)) {
+    ++plan->declined;
+    return PyLong_FromLongLong(candidate);
+  }
+  int64_t m_slot = rule.m_slot, n_slot = rule.n_slot;
+  bool derived_smem = rule.vec != 0;
+  if (rule.guard) {  // may run Python code: another thread may teach the plan meanwhile, so nothing is held across it
+    PyObject* guard = rule.guard;
+    Py_INCREF(guard);
+    int truth = guard_holds(guard);
+    Py_DECREF(guard);
+    if (truth < 0) return nullptr;
+    if (!truth) {
+      ++plan->declined;
+      return PyLong_FromLongLong(candidate);
+    }
+  }
+  auto& kept = plan->templates[candidate];
+  auto found = kept.find(key);
+  if (found == kept.end()) {
+    ++plan->declined;
+    return PyLong_FromLongLong(candidate);
+  }
+  const Template& launch = found->second;
+  if (!derived_smem) shared_mem = launch.shared_mem;
+  if (static_cast<unsigned long>(shared_mem) > launch.shared_mem_ok) {
+    ++plan->declined;
+    return PyLong_FromLongLong(candidate);
+  }
+  uint64_t values[kMaxSlots];
+  std::memcpy(values, launch.values, launch.n * 8);
+  if (m_slot >= 0) values[m_slot] = static_cast<uint64_t>(m);
+  if (n_slot >= 0) values[n_slot] = static_cast<uint64_t>(n);
+  PyObject* out = allocate_and_launch(x, stream, launch.function, grid, launch.block_x, shared_mem, values, launch.n,
+                                      launch.x_slot, launch.out_slot);
+  if (out == Py_None) {  // a misaligned pointer
+    Py_DECREF(out);
+    ++plan->declined;
+    return PyLong_FromLongLong(candidate);
+  }
+  if (out) ++plan->launches;
+  return out;
+}
+
+// plan_geometry(rule, m, n) -> (grid_x, shared_mem), or None where the grid does not fit: the C reading
+// of a rule, for the test that holds it to the Python one (kernels/base.py, LaunchGeometry)
+PyObject* plan_geometry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "plan_geometry(rule, m: int, n: int)");
+    return nullptr;
+  }
+  Rule rule;
+  if (!read_rule(args[0], Py_None, &rule)) return nullptr;
+  int64_t m = PyLong_AsLongLong(args[1]), n = PyLong_AsLongLong(args[2]), grid = 0, shared_mem = 0;
+  if (PyErr_Occurred()) return nullptr;
+  if (m < 1 || n < 1 || !geometry(rule, m, n, &grid, &shared_mem)) Py_RETURN_NONE;
+  return Py_BuildValue("(LL)", static_cast<long long>(grid), static_cast<long long>(shared_mem));
+}
+
+// plan_stats(plan) -> {"launches", "declined", "launches_kept"}: what the plan did, what it holds
+PyObject* plan_stats(PyObject*, PyObject* capsule) {
+  Plan* plan = plan_of(capsule);
+  if (!plan) return nullptr;
+  std::size_t kept = 0;
+  for (const auto& templates : plan->templates) kept += templates.size();
+  return Py_BuildValue("{sKsKsn}", "launches", static_cast<unsigned long long>(plan->launches), "declined",
+                       static_cast<unsigned long long>(plan->declined), "launches_kept", static_cast<Py_ssize_t>(kept));
+}
+
 PyMethodDef methods[] = {
     {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL,
      "run(x, stream, function, grid_x, block_x, shared_mem, slots, x_slot, out_slot) -> out or None"},
     {"empty_like", empty_like, METH_O, "empty_like(x) -> Tensor"},
     {"param_sizes", param_sizes, METH_O, "param_sizes(function) -> tuple of sizes, or None"},
+    {"plan_new", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(plan_new)), METH_FASTCALL,
+     "plan_new(candidates, exact, partitions, torch_softmax) -> plan"},
+    {"plan_pick", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(plan_pick)), METH_FASTCALL,
+     "plan_pick(plan, m, n) -> candidate"},
+    {"plan_learn", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(plan_learn)), METH_FASTCALL,
+     "plan_learn(plan, candidate, rule, guard, m, n, function, grid_x, block_x, shared_mem, slots, x_slot, out_slot) -> bool"},
+    {"plan_run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(plan_run)), METH_FASTCALL,
+     "plan_run(plan, x, stream) -> out or the candidate picked"},
+    {"plan_geometry", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(plan_geometry)), METH_FASTCALL,
+     "plan_geometry(rule, m, n) -> (grid_x, shared_mem) or None"},
+    {"plan_stats", plan_stats, METH_O, "plan_stats(plan) -> dict"},
     {nullptr, nullptr, 0, nullptr},
 };
 

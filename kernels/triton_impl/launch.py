@@ -182,6 +182,17 @@ def _torch_dtype(name: str) -> Any:
     return value
 
 
+def plan_guard(guard: Any) -> Any:
+    """What a native plan checks for a build's ``guard`` (``plan_learn``, ``kernels/native``): for the
+    hooks-idle guard where Triton's hooks are ``HookChain`` objects (3.4 on), ``(knobs.runtime,
+    HookChain)``, which the plan reads in C as ``hooks_idle_check`` states it, without a Python call
+    per launch; any other guard as it is."""
+    if guard is not _hooks_idle:
+        return guard
+    expression, names = hooks_idle_check()
+    return (names["_knobs_runtime"], names["_HookChain"]) if "_HookChain" in names else guard
+
+
 def hooks_idle_guard() -> Any:
     """``guard() -> bool``: no Triton launch hook is registered (a native launch would not call it);
     the check itself, so that a kept launch pays one call for it."""

@@ -77,6 +77,13 @@ def _key(x):
     return (x.get_device(), x.shape, x.dtype)
 
 
+def _plan_launches(module) -> int:
+    """Calls the runtime's native plans have launched themselves so far."""
+    from autotuner import runtime
+
+    return sum(module.plan_stats(picker[5])["launches"] for picker in runtime._plans.values())
+
+
 def test_native_launch_on_edge_rows_and_misaligned_input(native_module):
     import torch
 
@@ -84,9 +91,10 @@ def test_native_launch_on_edge_rows_and_misaligned_input(native_module):
 
     x = edge_input(4096, "fp16")
     softmax(x)
+    launched = _plan_launches(native_module)
     y = softmax(x)
     _needs_parameter_sizes(x.shape[0], 4096, "fp16")
-    assert runtime._recent[_key(x)][0] is not None  # a native launch kept
+    assert _plan_launches(native_module) == launched + 1 or runtime._recent[_key(x)][0] is not None  # native
     assert torch.equal(torch.isnan(y), torch.isnan(torch.softmax(x, -1)))
     assert check_softmax(y, x, "fp16").ok
     base = random_input(1, 7 * 4096 + 1, "fp16")
@@ -103,8 +111,74 @@ def test_dispatched_small_shapes_take_the_native_path(native_module, m, n, dtype
     for _ in range(2):  # a Triton bucket first met compiles on the Python path: native from its next call
         assert check_softmax(softmax(x), x, dtype).ok
     _needs_parameter_sizes(m, n, dtype)
-    assert runtime._recent.get(_key(x), (None,))[0] is not None, "the host-cost targets' shapes must take the native path"
+    launched = _plan_launches(native_module)
     assert check_softmax(softmax(x), x, dtype).ok
+    assert _plan_launches(native_module) == launched + 1 or runtime._recent.get(_key(x), (None,))[0] is not None, \
+        "the host-cost targets' shapes must take the native path"
+
+
+# a native plan whose index has one cell, candidate 0 everywhere: plan_new's arrays (see autotuner/lookup/table.py)
+ONE_CELL = tuple(b"".join(v.to_bytes(8, "little", signed=True) for v in values)
+                 for values in ([1], [0, 1], [1], [0], [0], [], [], [0]))
+
+
+def _rule_shapes(variant, config, dtype):
+    """Shapes of rows the config takes, at its ends and between, M small to large."""
+    limits = variant.constraints(config, dtype)
+    low, high = max(1, limits.get("n_min", 1)), min(limits.get("n_max", 1 << 20), 1 << 20)
+    ns = sorted({low, high, (low + high) // 2, low + 1, max(low, high - 17), max(low, (low + high) // 3 | 1)})
+    ms = (1, 3, 37, 1000) if high <= 65536 else (1, 3)
+    return [(m, n) for n in ns for m in ms if variant.supports(m, n, dtype, config)]
+
+
+@pytest.mark.parametrize("variant_name", [v.name for v in kernels.all_variants()])
+def test_plan_launches_give_the_bits_of_the_builds_own_launch(native_module, variant_name):
+    """Every build with a native rule: the launch a plan derives from one it was taught gives the bits
+    of the build's own launch, on rows over the config's whole range of N (shared memory growing with
+    it) and M up to 1000, each class of N taught once."""
+    import torch
+
+    from kernels.registry import native_rule
+
+    variant = kernels.get_variant(variant_name)
+    if not variant.available():
+        pytest.skip(variant.available().reason)
+    checked = 0
+    device, stream = torch.cuda.current_device(), torch.cuda.current_stream().cuda_stream
+    for dtype in variant.dtypes:
+        configs = variant.all_configs()
+        for config in dict.fromkeys([configs[0], configs[-1]]):
+            shapes = _rule_shapes(variant, config, dtype)
+            if not shapes:
+                continue
+            build = variant.build(config, dtype, shapes[0][1])
+            rule = native_rule(build)
+            if rule is None:
+                continue
+            plan = native_module.plan_new(1, b"", (ONE_CELL, ONE_CELL), ())
+            for m, n in shapes:
+                x = random_input(m, n, dtype)
+                expected = torch.empty_like(x)
+                build.launch(x, expected)  # compiles a Triton bucket first met
+                got = native_module.plan_run(plan, x, stream)
+                if rule.by_class and n == 1:  # an int argument of 1 is a constant to Triton: declined by design
+                    assert got == 0
+                    continue
+                if isinstance(got, int):  # N's class not taught yet: teach it the build's own description
+                    launch = build.native(device, stream, m, n)
+                    assert launch is not None, f"{config} {dtype} {m}x{n}: no native launch"
+                    assert native_module.plan_learn(plan, 0, rule.for_plan(), build.native_guard, m, n, *launch), \
+                        f"{config} {dtype} {m}x{n}: the rule {rule.for_plan()} does not derive the build's own " \
+                        f"launch {launch[:4]}, slots {launch[4].hex()}"
+                    got = native_module.plan_run(plan, x, stream)
+                assert not isinstance(got, int), \
+                    f"{config} {dtype} {m}x{n}: the plan declined a taught class ({native_module.plan_stats(plan)})"
+                assert torch.equal(_bits(got), _bits(expected)), f"{config} {dtype} {m}x{n}"
+                checked += 1
+    if variant_name.startswith("triton") and not _driver_reports_parameter_sizes():
+        return
+    if not checked:
+        pytest.skip(f"{variant_name}: no build with a native rule")
 
 
 @pytest.mark.parametrize("variant_name", [v.name for v in kernels.all_variants()])

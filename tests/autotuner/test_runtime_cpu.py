@@ -101,6 +101,12 @@ def test_a_kept_launch_is_used_only_on_its_stream_its_device_and_while_its_guard
     assert torch.allclose(runtime.softmax(x), torch.softmax(x, -1))
 
 
+def picks_with(monkeypatch, instance_for) -> None:
+    """The runtime picks ``instance_for(device, m, n, dtype)``'s build, as from a GPU without a table of its own."""
+    monkeypatch.setattr(runtime, "_instance", lambda device, m, n, dtype, candidate: (
+        None, runtime.NO_PICK, instance_for(device, m, n, dtype)))
+
+
 def fake_build(launched: list, stream_bound: bool = False, native: bool = True, guard=None):
     def launch(x, out):
         launched.append(x.shape)
@@ -109,13 +115,13 @@ def fake_build(launched: list, stream_bound: bool = False, native: bool = True, 
     def geometry(device, stream, m, n):
         return (0xF00, m, 128, 0, bytes(32), 0, 1)
 
-    return types.SimpleNamespace(launch=launch, native=geometry if native else None, stream_bound=stream_bound,
-                                 native_guard=guard, apply=None)
+    return types.SimpleNamespace(variant="fake", launch=launch, native=geometry if native else None,
+                                 stream_bound=stream_bound, native_guard=guard, apply=None, native_rule=None)
 
 
 def test_a_new_shape_takes_its_instances_launch_arithmetic_and_is_kept(fake_cuda, monkeypatch):
     launched = []
-    monkeypatch.setattr(runtime, "instance_for", lambda device, m, n, dtype: fake_build(launched, stream_bound=True))
+    picks_with(monkeypatch, lambda device, m, n, dtype: fake_build(launched, stream_bound=True))
     rows = torch.randn(4, 5)
     assert torch.equal(runtime._launch(-1, rows, "fp32"), torch.full((4, 5), 7.0))
     launch = (0xF00, 4, 128, 0, bytes(32), 0, 1)
@@ -136,7 +142,7 @@ def test_a_pick_with_its_own_apply_is_kept_for_its_repeats(fake_cuda, monkeypatc
         picks.append((m, n))
         return types.SimpleNamespace(apply=apply)
 
-    monkeypatch.setattr(runtime, "instance_for", instance_for)
+    picks_with(monkeypatch, instance_for)
     rows = torch.randn(4, 5)
     assert torch.equal(runtime._launch(-1, rows, "fp32"), torch.full((4, 5), 5.0))
     assert torch.equal(runtime.softmax(rows), torch.full((4, 5), 5.0))  # the repeat: no pick made again
@@ -146,7 +152,7 @@ def test_a_pick_with_its_own_apply_is_kept_for_its_repeats(fake_cuda, monkeypatc
 def test_the_kept_shapes_drop_their_oldest_quarter_when_full(fake_cuda, monkeypatch):
     launched = []
     monkeypatch.setattr(runtime, "RECENT_SHAPES", 8)
-    monkeypatch.setattr(runtime, "instance_for", lambda device, m, n, dtype: fake_build(launched))
+    picks_with(monkeypatch, lambda device, m, n, dtype: fake_build(launched))
     for n in range(1, 10):
         runtime._launch(-1, torch.randn(1, n), "fp32")
     assert [key[1][1] for key in runtime._recent] == [3, 4, 5, 6, 7, 8, 9]
@@ -160,7 +166,7 @@ def test_kept_shapes_hold_nothing_the_garbage_collector_tracks(fake_cuda, monkey
     launched = []
     guarded = fake_build(launched, guard=lambda: True)
     applied = types.SimpleNamespace(apply=lambda x: torch.full_like(x, 5.0))
-    monkeypatch.setattr(runtime, "instance_for", lambda device, m, n, dtype: guarded if n % 2 else applied)
+    picks_with(monkeypatch, lambda device, m, n, dtype: guarded if n % 2 else applied)
     for n in (3, 4):
         runtime._launch(-1, torch.randn(2, n), "fp32")
     assert runtime._recent[(-1, (2, 3), torch.float32)][2] >= 0 and runtime._recent[(-1, (2, 4), torch.float32)][3] >= 0
@@ -172,11 +178,92 @@ def test_kept_shapes_hold_nothing_the_garbage_collector_tracks(fake_cuda, monkey
     assert torch.equal(runtime.softmax(torch.randn(2, 4)), torch.full((2, 4), 5.0))  # the kept apply
 
 
+class FakePlans(FakeNative):
+    """FakeNative with plans: plan_run answers ``answer`` (a tensor, a candidate, or an exception to
+    raise); plan_learn records what it is taught and answers ``learns``."""
+
+    def __init__(self):
+        super().__init__()
+        self.answer, self.learns, self.taught, self.plans = 0, True, [], []
+
+    def plan_new(self, candidates, exact, partitions, torch_softmax):
+        self.plans.append(candidates)
+        return "plan"
+
+    def plan_run(self, plan, x, stream):
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    def plan_learn(self, plan, candidate, rule, guard, m, n, *launch):
+        self.taught.append((candidate, rule, m, n, launch))
+        return self.learns
+
+
+@pytest.fixture
+def planned(fake_cuda, monkeypatch):
+    """fake_cuda with a plan for device -1's fp32 rows (the GPU's own table: the shipped H100 fp32)."""
+    from autotuner.lookup.select import default_store
+
+    module = FakePlans()
+    monkeypatch.setattr(runtime, "native_module", lambda: module)
+    monkeypatch.setattr(runtime, "_native_run", module.run)
+    monkeypatch.setattr(runtime, "_plan_run", module.plan_run)
+    monkeypatch.setattr(runtime, "_native_failed", [])
+    store = default_store()
+    table, view = store.own_view("h100", "fp32")
+    picker = [store, store.generation, table, view, [None] * (len(table.candidates) + 1), "plan"]
+    monkeypatch.setattr(runtime, "_pickers", {(-1, "fp32"): picker})
+    monkeypatch.setattr(runtime, "_plans", {(-1, torch.float32): picker})
+    fake_cuda.module, fake_cuda.picker = module, picker
+    return fake_cuda
+
+
+def test_a_new_shape_is_launched_by_the_plan_or_takes_the_candidate_it_picked(planned, monkeypatch):
+    x = torch.randn(4, 5)
+    planned.module.answer = torch.full((4, 5), 9.0)
+    assert torch.equal(runtime.softmax(x), planned.module.answer)  # picked and launched in C
+    asked = []
+    monkeypatch.setattr(runtime, "_instance", lambda device, m, n, dtype, candidate: asked.append(candidate) or (
+        planned.picker, candidate, fake_build([])))
+    # the plan picked candidate 3 but cannot launch it (CPU rows stop at the CUDA check: _launch directly)
+    planned.module.answer = 3
+    assert not torch.equal(runtime.softmax(x), planned.module.run(x, 0, None))
+    assert torch.equal(runtime._launch(-1, x, "fp32", 3), torch.full((4, 5), 7.0))
+    assert asked == [3] and planned.module.taught == []  # the pick not made again; no rule: nothing taught
+    assert (-1, (4, 5), torch.float32) in runtime._recent  # ... but kept for its repeats
+    planned.module.answer = torch.full((2, 7), 9.0)
+    monkeypatch.setattr(runtime._select, "_default_store", types.SimpleNamespace(generation=-1))
+    assert not torch.equal(runtime.softmax(torch.randn(2, 7)), planned.module.answer)  # tables changed: stale plan
+
+
+@pytest.mark.parametrize("learns", [True, False])
+def test_a_launch_is_taught_to_the_plan_where_its_build_has_a_rule(planned, learns):
+    from kernels.base import LaunchGeometry, NativeRule
+
+    build = fake_build([])
+    build.native_rule, build.variant = NativeRule(LaunchGeometry(), m_slot=2, n_slot=3), "cuda_block_online"
+    planned.module.learns = learns
+    rows = torch.randn(4, 5)
+    assert torch.equal(runtime._launch_native(-1, rows, build, rows.shape, planned.picker, 2), torch.full((4, 5), 7.0))
+    launch = (0xF00, 4, 128, 0, bytes(32), 0, 1)
+    assert planned.module.taught == [(2, (1, 1, 0, 0, 1, 0, 0, 0, 2, 3), 4, 5, launch)]
+    assert ((-1, (4, 5), torch.float32) in runtime._recent) is not learns  # a taught launch needs no memo
+
+
+def test_a_plan_that_fails_turns_the_native_module_off_with_one_warning(planned):
+    planned.module.answer = RuntimeError("cuLaunchKernel failed: CUresult 700")
+    with pytest.warns(RuntimeWarning, match="native launch module failed .*CUresult 700"):
+        x = torch.randn(4, 5)
+        assert torch.allclose(runtime.softmax(x), torch.softmax(x, -1))  # CPU rows: the general path after
+    assert runtime._plans == {} and runtime._native_failed and runtime._module_loaded is None
+
+
 @pytest.mark.parametrize("why", ["no module", "no native geometry", "guard", "misaligned"])
 def test_the_python_path_launches_the_build_where_the_native_one_cannot(fake_cuda, monkeypatch, why):
     launched = []
     build = fake_build(launched, native=why != "no native geometry", guard=(lambda: False) if why == "guard" else None)
-    monkeypatch.setattr(runtime, "instance_for", lambda device, m, n, dtype: build)
+    picks_with(monkeypatch, lambda device, m, n, dtype: build)
     if why == "no module":
         monkeypatch.setattr(runtime, "native_module", lambda: None)
     fake_cuda.module.aligned = why != "misaligned"
@@ -199,7 +286,7 @@ def test_launches_run_under_a_device_guard_when_their_device_is_not_current(fake
     build = fake_build([])
     geometry = build.native
     build.native = lambda device, stream, m, n: devices_seen.append(fake_cuda.device) or geometry(device, stream, m, n)
-    monkeypatch.setattr(runtime, "instance_for", lambda device, m, n, dtype: build)
+    picks_with(monkeypatch, lambda device, m, n, dtype: build)
     fake_cuda.device = 0
     runtime._launch(1, torch.randn(2, 3), "fp32")
     assert entered == [1] and devices_seen == [1] and fake_cuda.device == 0

@@ -28,8 +28,8 @@ class FakeVariant:
 
     def build(self, config, dtype, n):
         self.built.append((self.name, config.key, dtype))
-        return types.SimpleNamespace(
-            launch=None, stream_bound=False, native_guard=None, apply=None,
+        return types.SimpleNamespace(  # no native rule: every launch goes through the memo of recent shapes
+            variant=f"fake {self.name}", launch=None, stream_bound=False, native_guard=None, apply=None, native_rule=None,
             native=lambda device, stream, m, n: (0xF00, m, 128, 0, bytes(32), 0, 1))
 
 

@@ -201,3 +201,184 @@ def test_the_module_reads_a_well_formed_launch_before_it_needs_the_driver(built)
         assert "libcuda" in str(exc)
     else:
         pytest.fail(f"a launch of a made-up function handle returned {out!r}")
+
+
+# --- plans: a new shape picked and launched in C ---------------------------------------------------
+
+def _plan(built, table, view=0):
+    return built.plan_new(len(table.candidates), *table.native_index(view), ())
+
+
+def test_a_plan_picks_what_the_table_picks_at_every_measured_point_and_on_100000_shapes(built):
+    """The C pick reads the same index arrays as DispatchTable.pick: every shipped table and view, its
+    measured points and their neighbours, and 100,000 shapes log-uniform over the domain."""
+    import random
+
+    from autotuner.lookup.select import default_store
+
+    rng = random.Random(29)
+    shapes = [(int(2 ** rng.uniform(0, 20)), int(2 ** rng.uniform(0, 24))) for _ in range(100_000)]
+    tables = default_store().tables()
+    assert len(tables) >= 20
+    for table in tables:
+        for view in range(len(table.views)):
+            plan = _plan(built, table, view)
+            points = [(m, n) for n, by_m in table._exact[view].items() for m in by_m]
+            probes = points + [(m + 1, n) for m, n in points] + [(m, n + 1) for m, n in points]
+            probes += shapes if (table.gpu, table.dtype, view) == ("h100", "fp16", 0) else shapes[:5000]
+            wrong = [(m, n) for m, n in probes
+                     if built.plan_pick(plan, m, n) != (-1 if (pick := table.pick(m, n, view)) is None else pick)]
+            assert not wrong, f"{table.gpu} {table.dtype} view {view}: the plan picks otherwise at {wrong[:5]}"
+    assert built.plan_pick(plan, 0, 5) == -2  # M = 0 has no pick
+
+
+def test_a_plan_reads_every_launch_rule_as_python_does(built, monkeypatch):
+    """For every CUDA config and dtype with a native rule (and the Triton rules kept by the registry),
+    the C geometry equals LaunchGeometry's on shapes over the domain and around the rule's steps."""
+    import random
+
+    from kernels import all_variants
+    from kernels.cuda import loader
+    from kernels.registry import _KEPT_NATIVE_RULES
+
+    monkeypatch.setattr(loader, "device_limits", lambda: (2048, 1024, 132))  # an H100's threads per SM, SMs
+    rng = random.Random(7)
+    shapes = [(int(2 ** rng.uniform(0, 22)), int(2 ** rng.uniform(0, 24))) for _ in range(300)]
+    rules = list(_KEPT_NATIVE_RULES.values())
+    for variant in all_variants():
+        if variant.backend == "cuda":
+            rules += [rule for config in variant.all_configs() for dtype in variant.dtypes
+                      if (rule := variant.native_rule(config, dtype)) is not None]
+    assert len(rules) > 50
+    for rule in rules:
+        geometry = rule.geometry
+        steps = [(k * geometry.rows + d, geometry.vec * (k * geometry.parts + geometry.held) + d)
+                 for k in (1, 2, 7) for d in (-1, 0, 1) if k * geometry.rows + d >= 1]
+        for m, n in shapes + [(m, max(n, 1)) for m, n in steps]:
+            assert built.plan_geometry(rule.for_plan(), m, n) == geometry(m, n), (rule, m, n)
+
+
+def test_a_plan_learns_only_what_its_rule_derives_and_launches_a_learned_class_itself(built):
+    """Before a launch is learned the plan answers its pick; a described launch that the rule does not
+    derive is refused; once learned, shapes of the class are launched in C (here: the launch is
+    attempted, which fails on a made-up function handle, with or without a driver), other classes not."""
+    import torch
+
+    from autotuner.lookup.select import default_store
+    from kernels.base import LaunchGeometry, NativeRule
+
+    table = default_store().get("h100", "fp16")
+    plan = _plan(built, table)
+    m, n = 3, 1000
+    candidate = built.plan_pick(plan, m, n)
+    assert candidate >= 0 and candidate == table.pick(m, n)
+    # shapes the table gives the same candidate: N's class of 1000 (1024, not a multiple of 16), and 1008
+    alike = [(m2, n2) for m2 in range(1, 9) for n2 in range(980, 1024) if table.pick(m2, n2) == candidate and (m2, n2) != (m, n)]
+    same_class = next(shape for shape in alike if shape[1] % 16)
+    other_class = next(shape for shape in alike if shape[1] % 16 == 0)
+    x = torch.ones(m, n, dtype=torch.float16)
+    assert built.plan_run(plan, x, 1) == candidate  # nothing learned: the caller's path
+    rows = NativeRule(LaunchGeometry(), m_slot=2, n_slot=3).for_plan()
+    launch = (0x1234, m, 128, 0, struct.pack("<QQqq", 0, 0, m, n), 0, 1)
+    assert not built.plan_learn(plan, candidate, rows, None, m, n, 0x1234, m + 1, *launch[2:])  # grid: not the rule's
+    assert not built.plan_learn(plan, candidate, rows, None, m, n + 1, *launch)  # N is not in its slot
+    assert built.plan_learn(plan, candidate, rows, None, m, n, *launch)
+    assert built.plan_stats(plan)["launches_kept"] == 1
+    with pytest.raises(RuntimeError, match="libcuda|cuLaunchKernel"):
+        built.plan_run(plan, torch.ones(*other_class, dtype=torch.float16), 1)
+    # a Triton-like rule: one launch per class of N
+    by_class = NativeRule(LaunchGeometry(), by_class=True, n_slot=2).for_plan()
+    triton_launch = (0x1234, m, 128, 0, struct.pack("<QQi4x", 0, 0, n), 0, 1)
+    assert built.plan_learn(plan, candidate, by_class, lambda: True, m, n, *triton_launch)
+    assert built.plan_run(plan, torch.ones(*other_class, dtype=torch.float16), 1) == candidate  # not learned
+    with pytest.raises(RuntimeError, match="libcuda|cuLaunchKernel"):
+        built.plan_run(plan, torch.ones(*same_class, dtype=torch.float16), 1)
+    assert built.plan_learn(plan, candidate, by_class, lambda: False, m, n, *triton_launch)
+    assert built.plan_run(plan, torch.ones(*same_class, dtype=torch.float16), 1) == candidate  # the guard fails
+    stats = built.plan_stats(plan)
+    assert stats["launches"] == 0 and stats["declined"] == 3  # nothing learned, a class not learned, the guard
+
+
+def test_a_plan_refuses_a_damaged_index_or_bad_arguments_with_clear_errors(built):
+    from autotuner.lookup.select import default_store
+
+    table = default_store().get("h100", "fp16")
+    exact, partitions = table.native_index(0)
+    cut = tuple((fields[0], fields[1][:-8], *fields[2:]) for fields in partitions)
+    with pytest.raises(ValueError, match="partition's arrays do not fit together"):
+        built.plan_new(len(table.candidates), exact, cut, ())
+    with pytest.raises(ValueError, match="partition's arrays do not fit together"):
+        built.plan_new(2, exact, partitions, ())  # leaves name candidates the plan does not have
+    with pytest.raises(TypeError, match=r"plan_new\(candidates: int, exact: bytes"):
+        built.plan_new(len(table.candidates), exact, partitions)
+    with pytest.raises(ValueError, match="torch_softmax candidate outside the plan"):
+        built.plan_new(len(table.candidates), exact, partitions, (len(table.candidates),))
+    with pytest.raises(TypeError, match="exact must be bytes of int64 values"):
+        built.plan_new(len(table.candidates), exact[:-4], partitions, ())
+    plan = _plan(built, table)
+    with pytest.raises(TypeError, match=r"plan_run\(plan, x: Tensor, stream: int\)"):
+        built.plan_run(plan, [1], 0)
+    with pytest.raises((TypeError, ValueError)):
+        built.plan_run("not a plan", __import__("torch").ones(2, 2), 0)
+    with pytest.raises(ValueError, match="out of range"):
+        built.plan_geometry((0, 1, 0, 0, 1, 0, 0, 0, -1, -1), 1, 1)
+
+
+def test_a_plan_computes_a_torch_softmax_pick_as_torch_softmax_does(built):
+    """torch.softmax's picks (the candidate of that name, and the fallback) are at::softmax in the plan:
+    the bits of torch.softmax(x, -1), here on CPU rows (the same op on CUDA ones)."""
+    import torch
+
+    from autotuner.lookup.select import default_store
+
+    table = default_store().get("h100", "fp32")
+    torch_candidate = next(i for i, c in enumerate(table.candidates) if c["variant"] == "torch_softmax")
+    shapes = [(m, n) for m in range(1, 200, 7) for n in (1, 2, 3, 5, 33, 999, 5000, 70000)
+              if table.pick(m, n) == torch_candidate][:3]
+    assert shapes, "the H100 fp32 table picks torch.softmax somewhere small"
+    plan = built.plan_new(len(table.candidates), *table.native_index(0), (torch_candidate,))
+    everywhere_fallback = tuple(b"".join(v.to_bytes(8, "little", signed=True) for v in values)
+                                for values in ([1], [0, 1], [1], [0], [0], [], [], [-1]))
+    fallback = built.plan_new(0, b"", (everywhere_fallback,) * 2, ())
+    for m, n in shapes:
+        x = torch.randn(m, n)
+        assert torch.equal(built.plan_run(plan, x, 1), torch.softmax(x, -1))
+        assert torch.equal(built.plan_run(fallback, x, 1), torch.softmax(x, -1))
+    assert built.plan_stats(plan)["launches"] == built.plan_stats(fallback)["launches"] == len(shapes)
+
+
+def test_a_plan_reads_tritons_launch_hooks_itself_and_declines_while_one_is_registered(built):
+    """The hooks-idle guard of Triton 3.4 on is read in C (kernels.triton_impl.launch.plan_guard): a
+    hook added to either chain, or a chain replaced, sends the call back to the caller's path."""
+    pytest.importorskip("triton")
+    import torch
+    from triton import knobs
+
+    from autotuner.lookup.select import default_store
+    from kernels.base import LaunchGeometry, NativeRule
+    from kernels.triton_impl.launch import hooks_idle_guard, plan_guard
+
+    spec = plan_guard(hooks_idle_guard())
+    if not isinstance(spec, tuple):
+        pytest.skip("this Triton's hooks are not HookChains: the guard stays a Python call")
+    table = default_store().get("h100", "fp16")
+    plan = _plan(built, table)
+    m, n = 3, 1000
+    candidate = built.plan_pick(plan, m, n)
+    rule = NativeRule(LaunchGeometry(), by_class=True, n_slot=2).for_plan()
+    assert built.plan_learn(plan, candidate, rule, spec, m, n, 0x1234, m, 128, 0, struct.pack("<QQi4x", 0, 0, n), 0, 1)
+    x = torch.ones(m, n, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="libcuda|cuLaunchKernel"):  # hooks idle: the plan launches
+        built.plan_run(plan, x, 1)
+    hook = lambda *args: None  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        assert built.plan_run(plan, x, 1) == candidate
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    saved = knobs.runtime.launch_exit_hook
+    knobs.runtime.launch_exit_hook = hook  # a plain function in place of the chain
+    try:
+        assert built.plan_run(plan, x, 1) == candidate
+    finally:
+        knobs.runtime.launch_exit_hook = saved

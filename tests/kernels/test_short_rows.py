@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from kernels.base import DTYPES
-from kernels.cuda import short_rows
+from kernels.cuda import loader
 from kernels.cuda.short_rows import ShortRowsCuda
 from kernels.cuda.warp_row import vec_items
 from tests.kernels.test_cuda_compile import NVCC, compile_variant, instances, needs_nvcc
@@ -44,7 +44,7 @@ def test_instance_names_carry_every_parameter() -> None:
 
 
 def test_grid_covers_every_row_and_persistent_grid_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(short_rows.loader, "device_limits", lambda: (2048, 232448, 132))
+    monkeypatch.setattr(loader, "device_limits", lambda: (2048, 232448, 132))  # LaunchGeometry reads it there
     for config in VARIANT.all_configs():
         tile = VARIANT.tile_rows(config)
         for m in (1, tile, tile + 1, 2**20 + 3, 2**31 + 7):
