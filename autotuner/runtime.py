@@ -62,8 +62,6 @@ _callable_numbers: dict[Any, int] = {}
 _gpu_keys: dict[int, str] = {}
 # (device index, dtype) -> what instance_for reads picks with (see _picker): bounded by devices x dtypes
 _pickers: dict[tuple[int, str], list] = {}
-# (device index, torch dtype) -> the picker whose native plan softmax runs a new shape through
-_plans: dict[tuple[int, Any], list] = {}
 _lock = threading.Lock()
 _native_failed: list[str] = []  # the native module's first failure, after which it is not used
 
@@ -78,7 +76,7 @@ _current_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: torch.c
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream)
 _native_run: Any = None  # the loaded module's run(x, stream, *launch), bound once it is loaded
-_plan_run: Any = None  # the loaded module's plan_run(plan, x, stream), bound with _native_run
+_dispatch: Any = None  # the loaded module's dispatch(x, dim) (softmax's first step), bound with _native_run
 _module_loaded: Any = None  # the module, once loaded (reset with _native_run where it fails)
 
 
@@ -162,17 +160,17 @@ def _picker(device: int, dtype: str, store: Any) -> list:
     return picker
 
 
-def _plan_of(picker: list, device: int, torch_dtype: Any, module: Any) -> Any:
+def _plan_of(picker: list, device: int, dtype: str, module: Any) -> Any:
     """``picker``'s native plan (``kernels/native``: the table's index and the launches it learns, so that
-    a new shape is picked and launched in one C call), made on first use and kept where ``softmax``
-    looks for it, by (device, torch dtype)."""
+    a new shape is picked and launched in one C call), made on first use and routed to: the module's
+    ``dispatch`` takes (device, dtype) rows to it while the store is at the picker's generation."""
     plan = picker[5]
     if plan is None:
         table, view = picker[2], picker[3]
         exact, partitions = table.native_index(view)
         torch_softmax = tuple(i for i, candidate in enumerate(table.candidates) if candidate["variant"] == "torch_softmax")
         plan = picker[5] = module.plan_new(len(table.candidates), exact, partitions, torch_softmax)
-        _plans[(device, torch_dtype)] = picker
+        module.dispatch_route(device, dtype, plan, picker[0], picker[1])
     return plan
 
 
@@ -183,12 +181,13 @@ def _build_on(device: int, variant: str, config: dict[str, Any], dtype: str, n: 
 
 def native_module() -> Any:
     """The native launch module where it is loaded and has not failed (see ``kernels.native``)."""
-    global _native_run, _plan_run, _module_loaded
+    global _native_run, _dispatch, _module_loaded
     if _native_failed:
         return None
     module = native_loader.load()
     if module is not None and _native_run is None:
-        _native_run, _plan_run, _module_loaded = module.run, module.plan_run, module
+        module.dispatch_setup(_select, _current_device, _raw_stream)
+        _native_run, _dispatch, _module_loaded = module.run, module.dispatch, module
     return module
 
 
@@ -210,7 +209,7 @@ def _launch_native(device: int, rows: Any, build: Any, shape: Any, picker: Any =
         if out is None:
             return None
         rule = native_rule(build) if picker is not None and candidate >= 0 and not build.stream_bound else None
-        if rule is not None and module.plan_learn(_plan_of(picker, device, rows.dtype, module), candidate,
+        if rule is not None and module.plan_learn(_plan_of(picker, device, build.dtype, module), candidate,
                                                   rule.for_plan(), guard and _plan_guard(guard), m, n, *launch):
             return out
     except (RuntimeError, SystemError, TypeError, ValueError) as exc:  # a module built wrong: Python path
@@ -230,11 +229,10 @@ def _plan_guard(guard: Any) -> Any:
 
 def _native_broke(exc: Exception) -> None:
     """The native module failed: say so once, and take the Python path from now on."""
-    global _module_loaded
+    global _module_loaded, _dispatch
     _native_failed.append(f"{type(exc).__name__}: {exc}")
-    _module_loaded = None
+    _module_loaded = _dispatch = None
     _recent.clear()
-    _plans.clear()
     warnings.warn(f"the native launch module failed ({_native_failed[0]}); softmax() takes the Python path",
                   RuntimeWarning, stacklevel=5)
 
@@ -348,23 +346,24 @@ def softmax(x: Any, dim: int = -1) -> Any:
     """Softmax over ``dim`` with the dispatched kernel (torch.softmax for CPU tensors)."""
     if _is_compiling():
         return _op(x, dim)
-    # eager, 2-D contiguous rows: the device's native plan (pick and launch in one C call), else a
-    # repeated shape's kept launch, without the custom-op dispatcher's per-call cost
+    # eager: the native module's dispatch (2-D contiguous rows over the last dim whose device and dtype
+    # have a plan: picked and launched in one C call), else a repeated shape's kept launch, without
+    # the custom-op dispatcher's per-call cost
+    picked = NO_PICK
+    if _dispatch is not None:
+        try:  # the softmax, None (no plan takes x), or the candidate the plan picked but cannot launch
+            got = _dispatch(x, dim)
+        except (RuntimeError, SystemError, TypeError, ValueError) as exc:
+            _native_broke(exc)
+            got = None
+        if got is not None:
+            if type(got) is not int:
+                return got
+            picked = got
     if type(x) is _Tensor and (dim == -1 or dim == 1):
         shape = x.shape
         if len(shape) == 2 and x.is_contiguous():
             device = x.get_device()
-            picked = NO_PICK
-            picker = _plans.get((device, x.dtype))  # CUDA tensors only: a CPU tensor's device is -1
-            if picker is not None and picker[0] is _select._default_store and picker[1] == picker[0].generation \
-                    and _current_device() == device:
-                try:  # the softmax, or the candidate the plan picked where it cannot launch it itself
-                    picked = _plan_run(picker[5], x, _raw_stream(device))
-                except (RuntimeError, SystemError, TypeError, ValueError) as exc:
-                    _native_broke(exc)
-                    picked = NO_PICK
-                if type(picked) is not int:
-                    return picked
             entry = _recent.get((device, shape, x.dtype))
             if entry is not None and _current_device() == device:
                 launch, bound, guard, apply = entry
@@ -390,7 +389,7 @@ def cache_sizes() -> dict[str, int]:
     from kernels.triton_impl import launch as triton_launch
 
     launchers = triton_launch.all_launchers()
-    plans = [picker[5] for picker in _plans.values() if picker[5] is not None]
+    plans = [picker[5] for picker in _pickers.values() if picker[5] is not None]
     return {"builds": len(_builds), "recent_shapes": len(_recent), "gpu_keys": len(_gpu_keys), "pickers": len(_pickers),
             "plans": len(plans), "plan_launches_kept": sum(_module_loaded.plan_stats(plan)["launches_kept"] for plan in plans),
             "lookup_answers": len(default_store()._cache), "cuda_generic_launchers": len(cuda_launch._generic),

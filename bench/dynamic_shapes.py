@@ -187,7 +187,8 @@ def plan_counts() -> dict:
     from autotuner import runtime
 
     module = runtime.native_module()
-    stats = [module.plan_stats(picker[5]) for picker in runtime._plans.values()] if module is not None else []
+    plans = [picker[5] for picker in runtime._pickers.values() if picker[5] is not None]
+    stats = [module.plan_stats(plan) for plan in plans] if module is not None else []
     return {key: sum(stat[key] for stat in stats) for key in ("launches", "declined")}
 
 

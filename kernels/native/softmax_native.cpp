@@ -511,24 +511,11 @@ PyObject* plan_learn(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_TRUE;
 }
 
-// plan_run(plan, x, stream) -> the softmax of x (a 2-D contiguous CUDA tensor on the current device,
-// of the plan's dtype, M, N >= 1: the caller's contract), or the candidate the plan picked for it
-// (an int) where the plan does not launch it itself (see above). A torch.softmax pick (the fallback's
-// included) is at::softmax on torch's current stream, as torch.softmax(x, -1) computes it.
-PyObject* plan_run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3 || !THPVariable_Check(args[1])) {
-    PyErr_SetString(PyExc_TypeError, "plan_run(plan, x: Tensor, stream: int)");
-    return nullptr;
-  }
-  Plan* plan = plan_of(args[0]);
-  if (!plan) return nullptr;
-  void* stream = PyLong_AsVoidPtr(args[2]);
-  if (!stream && PyErr_Occurred()) return nullptr;
-  const at::Tensor& x = THPVariable_Unpack(args[1]);
-  if (x.dim() != 2) {
-    PyErr_SetString(PyExc_ValueError, "plan_run: x must be 2-D");
-    return nullptr;
-  }
+// The softmax of x (2-D contiguous, on the current device, of the plan's dtype: the caller's contract) by
+// the plan, or the candidate it picked (an int) where it does not launch it itself (see above). A
+// torch.softmax pick (the fallback's included) is at::softmax on torch's current stream, as
+// torch.softmax(x, -1) computes it.
+PyObject* run_plan(Plan* plan, const at::Tensor& x, void* stream) {
   int64_t m = x.size(0), n = x.size(1);
   int64_t candidate = m >= 1 && n >= 1 ? pick(*plan, m, n) : kNoAnswer;
   if (candidate == kNoAnswer) return PyLong_FromLongLong(candidate);
@@ -590,6 +577,154 @@ PyObject* plan_run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return out;
 }
 
+// plan_run(plan, x, stream) -> run_plan's answer for x on the given stream
+PyObject* plan_run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3 || !THPVariable_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "plan_run(plan, x: Tensor, stream: int)");
+    return nullptr;
+  }
+  Plan* plan = plan_of(args[0]);
+  if (!plan) return nullptr;
+  void* stream = PyLong_AsVoidPtr(args[2]);
+  if (!stream && PyErr_Occurred()) return nullptr;
+  const at::Tensor& x = THPVariable_Unpack(args[1]);
+  if (x.dim() != 2) {
+    PyErr_SetString(PyExc_ValueError, "plan_run: x must be 2-D");
+    return nullptr;
+  }
+  return run_plan(plan, x, stream);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// dispatch(x, dim): softmax()'s first step (autotuner/runtime.py), the Python checks of a call done in
+// C. Routes name the plan of each (device, dtype) with the table store and generation it was made
+// from; a route is taken while the lookup's default store (select_module._default_store) is that store
+// at that generation, and while the device is the current one.
+
+struct Route {
+  PyObject* plan = nullptr;  // owned references, all three, or all null
+  PyObject* store = nullptr;
+  PyObject* generation = nullptr;
+};
+
+struct Dispatch {
+  PyObject* select_module = nullptr;  // owned; null until dispatch_setup
+  PyObject* current_device = nullptr;
+  PyObject* raw_stream = nullptr;
+  std::vector<std::array<Route, 3>> routes;  // by device + 1 (-1: the CPU, for tests), then dtype
+} dispatching;
+
+int dtype_index(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return 0;
+    case at::kHalf: return 1;
+    case at::kBFloat16: return 2;
+    default: return -1;
+  }
+}
+
+void release(Route* route) {
+  Py_CLEAR(route->plan);
+  Py_CLEAR(route->store);
+  Py_CLEAR(route->generation);
+}
+
+// dispatch_setup(select_module, current_device, raw_stream): what dispatch reads the default store
+// from, and torch's current-device and raw current-stream getters
+PyObject* dispatch_setup(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3 || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2])) {
+    PyErr_SetString(PyExc_TypeError, "dispatch_setup(select_module, current_device: callable, raw_stream: callable)");
+    return nullptr;
+  }
+  PyObject** fields[3] = {&dispatching.select_module, &dispatching.current_device, &dispatching.raw_stream};
+  for (int i = 0; i < 3; ++i) {
+    Py_INCREF(args[i]);
+    Py_XSETREF(*fields[i], args[i]);
+  }
+  Py_RETURN_NONE;
+}
+
+// dispatch_route(device, dtype, plan, store, generation): take (device, dtype: "fp32", "fp16" or
+// "bf16") rows to plan while store is the default one at generation; plan None: to nobody
+PyObject* dispatch_route(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 5 || !PyUnicode_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "dispatch_route(device: int, dtype: str, plan, store, generation)");
+    return nullptr;
+  }
+  long device = PyLong_AsLong(args[0]);
+  if (PyErr_Occurred()) return nullptr;
+  const char* dtype = PyUnicode_AsUTF8(args[1]);
+  if (!dtype) return nullptr;
+  int index = !std::strcmp(dtype, "fp32") ? 0 : !std::strcmp(dtype, "fp16") ? 1 : !std::strcmp(dtype, "bf16") ? 2 : -1;
+  if (device < -1 || device > 1023 || index < 0 || (args[2] != Py_None && !plan_of(args[2]))) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "dispatch_route: a device from -1 to 1023, a dtype fp32, fp16 or bf16");
+    return nullptr;
+  }
+  if (dispatching.routes.size() < static_cast<std::size_t>(device + 2)) dispatching.routes.resize(device + 2);
+  Route old = dispatching.routes[device + 1][index];
+  Route route;
+  if (args[2] != Py_None) {
+    route = Route{args[2], args[3], args[4]};
+    Py_INCREF(args[2]);
+    Py_INCREF(args[3]);
+    Py_INCREF(args[4]);
+  }
+  dispatching.routes[device + 1][index] = route;
+  release(&old);  // last: a destructor may run Python code
+  Py_RETURN_NONE;
+}
+
+// dispatch(x, dim) -> the softmax of x by its route's plan, the candidate that plan picked (an int)
+// where it does not launch it itself, or None where x takes no route: not a plain Tensor, dim not the
+// last of 2 (-1 or 1), rows not contiguous, M or N = 0, no route for its device and dtype, the
+// tables changed since, or its device not the current one.
+PyObject* dispatch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "dispatch(x, dim)");
+    return nullptr;
+  }
+  if (Py_TYPE(args[0]) != reinterpret_cast<PyTypeObject*>(THPVariableClass) || !dispatching.select_module ||
+      !PyLong_CheckExact(args[1])) {
+    Py_RETURN_NONE;
+  }
+  long dim = PyLong_AsLong(args[1]);
+  if (dim == -1 && PyErr_Occurred()) return nullptr;
+  const at::Tensor& x = THPVariable_Unpack(args[0]);
+  if ((dim != -1 && dim != 1) || x.dim() != 2 || !x.is_contiguous() || x.size(0) < 1 || x.size(1) < 1) Py_RETURN_NONE;
+  int index = dtype_index(x.scalar_type());
+  int64_t device = x.get_device();
+  if (index < 0 || device + 1 >= static_cast<int64_t>(dispatching.routes.size())) Py_RETURN_NONE;
+  Route route = dispatching.routes[device + 1][index];
+  if (!route.plan) Py_RETURN_NONE;
+  // held across the Python calls below, which may let another thread re-route
+  Py_INCREF(route.plan);
+  Py_INCREF(route.store);
+  Py_INCREF(route.generation);
+  PyObject* answer = nullptr;
+  PyObject* current = nullptr;
+  PyObject* stream = nullptr;
+  PyObject* store = PyObject_GetAttrString(dispatching.select_module, "_default_store");
+  PyObject* generation = store == route.store ? PyObject_GetAttrString(store, "generation") : nullptr;
+  int same = generation ? PyObject_RichCompareBool(generation, route.generation, Py_EQ) : 0;
+  if (same > 0) current = PyObject_CallNoArgs(dispatching.current_device);
+  if (current && PyLong_Check(current) && PyLong_AsLongLong(current) == device) {
+    PyObject* index_object = PyLong_FromLongLong(device);
+    stream = index_object ? PyObject_CallOneArg(dispatching.raw_stream, index_object) : nullptr;
+    Py_XDECREF(index_object);
+    void* raw = stream ? PyLong_AsVoidPtr(stream) : nullptr;
+    if (stream && !PyErr_Occurred()) answer = run_plan(plan_of(route.plan), x, raw);
+  } else if (!PyErr_Occurred()) {
+    answer = Py_NewRef(Py_None);
+  }
+  if (!answer && !PyErr_Occurred()) answer = Py_NewRef(Py_None);  // the store changed: no route
+  Py_XDECREF(stream);
+  Py_XDECREF(current);
+  Py_XDECREF(generation);
+  Py_XDECREF(store);
+  release(&route);
+  return answer;
+}
+
 // plan_geometry(rule, m, n) -> (grid_x, shared_mem), or None where the grid does not fit: the C reading
 // of a rule, for the test that holds it to the Python one (kernels/base.py, LaunchGeometry)
 PyObject* plan_geometry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -631,6 +766,12 @@ PyMethodDef methods[] = {
     {"plan_geometry", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(plan_geometry)), METH_FASTCALL,
      "plan_geometry(rule, m, n) -> (grid_x, shared_mem) or None"},
     {"plan_stats", plan_stats, METH_O, "plan_stats(plan) -> dict"},
+    {"dispatch_setup", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch_setup)), METH_FASTCALL,
+     "dispatch_setup(select_module, current_device, raw_stream)"},
+    {"dispatch_route", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch_route)), METH_FASTCALL,
+     "dispatch_route(device, dtype, plan, store, generation)"},
+    {"dispatch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch)), METH_FASTCALL,
+     "dispatch(x, dim) -> out, the candidate picked, or None"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -179,18 +179,20 @@ def test_kept_shapes_hold_nothing_the_garbage_collector_tracks(fake_cuda, monkey
 
 
 class FakePlans(FakeNative):
-    """FakeNative with plans: plan_run answers ``answer`` (a tensor, a candidate, or an exception to
-    raise); plan_learn records what it is taught and answers ``learns``."""
+    """FakeNative with plans: dispatch answers ``answer`` (a tensor, a candidate, None, or an exception
+    to raise); plan_learn records what it is taught and answers ``learns``."""
 
     def __init__(self):
         super().__init__()
-        self.answer, self.learns, self.taught, self.plans = 0, True, [], []
+        self.answer, self.learns, self.taught, self.routes = 0, True, [], []
 
     def plan_new(self, candidates, exact, partitions, torch_softmax):
-        self.plans.append(candidates)
         return "plan"
 
-    def plan_run(self, plan, x, stream):
+    def dispatch_route(self, device, dtype, plan, store, generation):
+        self.routes.append((device, dtype, plan))
+
+    def dispatch(self, x, dim):
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
@@ -202,39 +204,38 @@ class FakePlans(FakeNative):
 
 @pytest.fixture
 def planned(fake_cuda, monkeypatch):
-    """fake_cuda with a plan for device -1's fp32 rows (the GPU's own table: the shipped H100 fp32)."""
+    """fake_cuda with the native module's dispatch, and a picker for device -1's fp32 rows (the GPU's
+    own table: the shipped H100 fp32) whose plan is not made yet."""
     from autotuner.lookup.select import default_store
 
     module = FakePlans()
     monkeypatch.setattr(runtime, "native_module", lambda: module)
     monkeypatch.setattr(runtime, "_native_run", module.run)
-    monkeypatch.setattr(runtime, "_plan_run", module.plan_run)
+    monkeypatch.setattr(runtime, "_dispatch", module.dispatch)
     monkeypatch.setattr(runtime, "_native_failed", [])
     store = default_store()
     table, view = store.own_view("h100", "fp32")
-    picker = [store, store.generation, table, view, [None] * (len(table.candidates) + 1), "plan"]
+    picker = [store, store.generation, table, view, [None] * (len(table.candidates) + 1), None]
     monkeypatch.setattr(runtime, "_pickers", {(-1, "fp32"): picker})
-    monkeypatch.setattr(runtime, "_plans", {(-1, torch.float32): picker})
     fake_cuda.module, fake_cuda.picker = module, picker
     return fake_cuda
 
 
-def test_a_new_shape_is_launched_by_the_plan_or_takes_the_candidate_it_picked(planned, monkeypatch):
+def test_a_call_the_dispatch_answers_is_its_answer_and_its_pick_is_not_made_again(planned, monkeypatch):
     x = torch.randn(4, 5)
     planned.module.answer = torch.full((4, 5), 9.0)
-    assert torch.equal(runtime.softmax(x), planned.module.answer)  # picked and launched in C
+    assert runtime.softmax(x) is planned.module.answer  # picked and launched in C
     asked = []
     monkeypatch.setattr(runtime, "_instance", lambda device, m, n, dtype, candidate: asked.append(candidate) or (
         planned.picker, candidate, fake_build([])))
-    # the plan picked candidate 3 but cannot launch it (CPU rows stop at the CUDA check: _launch directly)
-    planned.module.answer = 3
-    assert not torch.equal(runtime.softmax(x), planned.module.run(x, 0, None))
-    assert torch.equal(runtime._launch(-1, x, "fp32", 3), torch.full((4, 5), 7.0))
-    assert asked == [3] and planned.module.taught == []  # the pick not made again; no rule: nothing taught
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))  # CPU rows past the CUDA check
+    planned.module.answer = 3  # the plan picked candidate 3 but cannot launch it: the pick is not made again
+    assert torch.equal(runtime.softmax(x), torch.full((4, 5), 7.0))
+    assert asked == [3] and planned.module.taught == []  # a build without a rule: nothing taught
     assert (-1, (4, 5), torch.float32) in runtime._recent  # ... but kept for its repeats
-    planned.module.answer = torch.full((2, 7), 9.0)
-    monkeypatch.setattr(runtime._select, "_default_store", types.SimpleNamespace(generation=-1))
-    assert not torch.equal(runtime.softmax(torch.randn(2, 7)), planned.module.answer)  # tables changed: stale plan
+    planned.module.answer = None  # no plan for these rows: the Python path picks
+    runtime.softmax(torch.randn(2, 7))
+    assert asked[-1] == runtime.NO_PICK
 
 
 @pytest.mark.parametrize("learns", [True, False])
@@ -242,21 +243,22 @@ def test_a_launch_is_taught_to_the_plan_where_its_build_has_a_rule(planned, lear
     from kernels.base import LaunchGeometry, NativeRule
 
     build = fake_build([])
-    build.native_rule, build.variant = NativeRule(LaunchGeometry(), m_slot=2, n_slot=3), "cuda_block_online"
+    build.native_rule, build.variant, build.dtype = NativeRule(LaunchGeometry(), m_slot=2, n_slot=3), "cuda_block_online", "fp32"
     planned.module.learns = learns
     rows = torch.randn(4, 5)
     assert torch.equal(runtime._launch_native(-1, rows, build, rows.shape, planned.picker, 2), torch.full((4, 5), 7.0))
     launch = (0xF00, 4, 128, 0, bytes(32), 0, 1)
     assert planned.module.taught == [(2, (1, 1, 0, 0, 1, 0, 0, 0, 2, 3), 4, 5, launch)]
+    assert planned.module.routes == [(-1, "fp32", "plan")] and planned.picker[5] == "plan"  # made once, routed
     assert ((-1, (4, 5), torch.float32) in runtime._recent) is not learns  # a taught launch needs no memo
 
 
-def test_a_plan_that_fails_turns_the_native_module_off_with_one_warning(planned):
+def test_a_dispatch_that_fails_turns_the_native_module_off_with_one_warning(planned):
     planned.module.answer = RuntimeError("cuLaunchKernel failed: CUresult 700")
     with pytest.warns(RuntimeWarning, match="native launch module failed .*CUresult 700"):
         x = torch.randn(4, 5)
         assert torch.allclose(runtime.softmax(x), torch.softmax(x, -1))  # CPU rows: the general path after
-    assert runtime._plans == {} and runtime._native_failed and runtime._module_loaded is None
+    assert runtime._dispatch is None and runtime._native_failed and runtime._module_loaded is None
 
 
 @pytest.mark.parametrize("why", ["no module", "no native geometry", "guard", "misaligned"])

@@ -382,3 +382,47 @@ def test_a_plan_reads_tritons_launch_hooks_itself_and_declines_while_one_is_regi
         assert built.plan_run(plan, x, 1) == candidate
     finally:
         knobs.runtime.launch_exit_hook = saved
+
+
+def test_dispatch_takes_a_call_to_its_routes_plan_only_while_the_route_holds(built):
+    """dispatch(x, dim) does softmax()'s checks in C: a plain Tensor, the last of 2 dims, contiguous
+    rows, M, N >= 1, a route for its device and dtype (device -1: CPU rows, as tests route them), the
+    default store at the route's generation, the device current. Here the route's plan picks
+    torch.softmax everywhere, which a plan computes itself on any device."""
+    import types
+
+    import torch
+
+    store = types.SimpleNamespace(generation=3)
+    select = types.SimpleNamespace(_default_store=store)
+    current = [-1]
+    everywhere = tuple(b"".join(v.to_bytes(8, "little", signed=True) for v in values)
+                       for values in ([1], [0, 1], [1], [0], [0], [], [], [0]))
+    plan = built.plan_new(1, b"", (everywhere, everywhere), (0,))
+    built.dispatch_setup(select, lambda: current[0], lambda device: 1)
+    built.dispatch_route(-1, "fp32", plan, store, 3)
+    try:
+        x = torch.randn(5, 7)
+        assert torch.equal(built.dispatch(x, -1), torch.softmax(x, -1))
+        assert torch.equal(built.dispatch(x, 1), torch.softmax(x, -1))
+        for other, dim in ((x, 0), (x.t(), -1), (x[None], -1), (torch.randn(0, 7), -1), (x.double(), -1),
+                           (x.half(), -1), (torch.nn.Parameter(x), -1), (x, None), ([1.0], -1)):
+            assert built.dispatch(other, dim) is None, (other.shape if hasattr(other, "shape") else other, dim)
+        current[0] = 0
+        assert built.dispatch(x, -1) is None  # another device is current
+        current[0] = -1
+        store.generation = 4
+        assert built.dispatch(x, -1) is None  # the tables changed since the route was made
+        store.generation = 3
+        select._default_store = types.SimpleNamespace(generation=3)
+        assert built.dispatch(x, -1) is None  # another store
+        select._default_store = store
+        assert built.dispatch(x, -1) is not None
+        built.dispatch_route(-1, "fp32", None, None, None)
+        assert built.dispatch(x, -1) is None  # routed to nobody
+    finally:
+        built.dispatch_route(-1, "fp32", None, None, None)
+    with pytest.raises(ValueError, match="a dtype fp32, fp16 or bf16"):
+        built.dispatch_route(0, "fp64", plan, store, 3)
+    with pytest.raises(TypeError, match="dispatch_setup"):
+        built.dispatch_setup(select, 1, 2)
