@@ -219,9 +219,10 @@ def host_costs(sources: dict) -> list[str]:
              "(warm L2), geomean. Ratios are `softmax` over `torch.softmax`; the host's own speed moves the "
              "absolute figures by up to 2x from one lent machine to another. Means hold each pass's first "
              "call, where `torch.softmax` loads its own kernel (milliseconds): a mean ratio may sit far "
-             "below the median one.", "",
+             "from the median one. \"Plan\": the new shapes' calls the native module picked and launched in "
+             "one C call (the others: the Python path, see DESIGN.md).", "",
              "| workload | new: median µs (torch) | new: median ratio | new: mean ratio | repeat: median ratio "
-             "| back to back | GPU time |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "| back to back | GPU time | plan |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for key, label in WORKLOADS.items():
         row = data.get(key)
         if row is None:
@@ -229,14 +230,23 @@ def host_costs(sources: dict) -> list[str]:
         new, again, loop = row["new_shapes"], row["repeats"], row["new_shapes_back_to_back"]
         lines.append(f"| {label} | {new['softmax_median_us']:.1f} ({new['torch_median_us']:.1f}) | "
                      f"{new['median_ratio']:.2f}x | {new['mean_ratio']:.2f}x | {again['median_ratio']:.2f}x | "
-                     f"{loop['wall_ratio']:.2f}x | {row['gpu_time_ratio_geomean']:.3f}x |")
+                     f"{loop['wall_ratio']:.2f}x | {row['gpu_time_ratio_geomean']:.3f}x | "
+                     f"{new['plan_launched']:,} of {new['calls']:,} |" if "plan_launched" in new else
+                     f"{loop['wall_ratio']:.2f}x | {row['gpu_time_ratio_geomean']:.3f}x | - |")
+    picks = next((data[key]["new_shapes"].get("by_pick") for key in WORKLOADS if key.startswith("domain") and key in data), None)
+    if picks:
+        lines += ["", "The domain's new shapes by pick (median µs of `softmax`, of `torch.softmax`, their ratio; the "
+                  "picks without a native rule take the Python path):", "",
+                  "| pick | calls | softmax | torch | ratio |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {name} | {row['calls']:,} | {row['softmax_median_us']:.1f} | {row['torch_median_us']:.1f} | "
+                  f"{row['median_ratio']:.2f}x |" for name, row in sorted(picks.items(), key=lambda item: -item[1]["calls"])]
     targets = [f"{label} {data[key]['ratio']:.3f}x" for key, label in
                (("repeated_fp16_1x4096", "fp16 1x4096"), ("repeated_bf16_8x1024", "bf16 8x1024")) if key in data]
     warm = data.get("warmup", {})
     lines += ["", f"Repeated shapes, 2,000 calls back to back, median of 15 rounds: {', '.join(targets)} "
               f"`torch.softmax`'s host time. `select_kernel` on shapes it has not answered: "
               f"{data['lookup_uncached_fp16']['median_us']:.2f} µs median. `autotuner.warmup` (fp16 and bf16): "
-              f"{warm.get('seconds', 'not run')} s with the kernels in the on-disk caches. Caches at the end: "
+              f"{warm.get('seconds', 'not run')} s (compiles included where the on-disk caches lacked a kernel). Caches at the end: "
               + ", ".join(f"{name} {count:,}" for name, count in data.get("cache_sizes", {}).items()) + "."]
     return lines
 

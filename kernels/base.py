@@ -151,7 +151,8 @@ class LaunchGeometry(NamedTuple):
     as data, so that the native module's plans (``kernels/native``) derive the same numbers in C:
 
     - grid x = ceil(M / ``rows``) * ``per_row``, at most ``cap`` (0: no cap) and, where
-      ``resident_block`` is set, at most the blocks of that many threads the device holds at once;
+      ``resident_block`` is set, at most the blocks of that many threads the current device holds at
+      once, as ``residency(resident_block)`` tells (the backend's; ``kernels.cuda.common.resident_blocks``);
     - shared memory = max(0, ceil((N // ``vec``) / ``parts``) - ``held``) 16-byte vectors (``vec`` 0: none).
 
     Called as ``geometry(m, n) -> (grid x, shared memory)``; a test holds the C reading to this one."""
@@ -163,24 +164,18 @@ class LaunchGeometry(NamedTuple):
     vec: int = 0
     parts: int = 1
     held: int = 0
+    residency: Callable[[int], int] | None = None
 
     def __call__(self, m: int, n: int) -> tuple[int, int]:
         grid = -(-m // self.rows) * self.per_row
         if self.cap and grid > self.cap:
             grid = self.cap
         if self.resident_block and grid > 1:  # the current device's; a build serves every device
-            grid = min(grid, self.resident_blocks())
+            grid = min(grid, self.residency(self.resident_block))
         if not self.vec:
             return grid, 0
         past_registers = -(-(n // self.vec) // self.parts) - self.held
         return grid, past_registers * 16 if past_registers > 0 else 0
-
-    def resident_blocks(self) -> int:
-        """Blocks of ``resident_block`` threads the current device holds at once (at least 1)."""
-        from kernels.cuda.loader import device_limits  # the only backend with resident grids
-
-        threads_per_sm, _, sm_count = device_limits()
-        return max(1, threads_per_sm // self.resident_block) * sm_count
 
 
 class NativeRule(NamedTuple):
@@ -202,7 +197,8 @@ class NativeRule(NamedTuple):
         geometry = self.geometry
         cap = geometry.cap
         if geometry.resident_block:
-            cap = min(cap or geometry.resident_blocks(), geometry.resident_blocks())
+            resident = geometry.residency(geometry.resident_block)
+            cap = min(cap or resident, resident)
         return (geometry.rows, geometry.per_row, cap, geometry.vec, geometry.parts, geometry.held, self.n_max,
                 int(self.by_class), self.m_slot, self.n_slot)
 

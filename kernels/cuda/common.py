@@ -140,4 +140,11 @@ class CudaVariant(Variant):
         return NativeRule(self.geometry(config, dtype), self.launch_row_limit(config, dtype) or 0, m_slot=2, n_slot=3)
 
 
+def resident_blocks(threads: int) -> int:
+    """Blocks of ``threads`` threads the current device holds at once, at least 1 (a persistent
+    grid's cap: ``LaunchGeometry.residency``)."""
+    threads_per_sm, _, sm_count = loader.device_limits()
+    return max(1, threads_per_sm // threads) * sm_count
+
+
 ONE_BLOCK_PER_ROW = LaunchGeometry()  # ``CudaVariant.geometry`` of one block per row, no dynamic shared memory

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kernels.base import KernelConfig, LaunchGeometry
-from kernels.cuda.common import CudaVariant
+from kernels.cuda.common import CudaVariant, resident_blocks
 from kernels.cuda.loader import CUDA_TYPE
 from kernels.cuda.warp_row import vec_items  # same 16-byte split of a lane's elements
 
@@ -79,4 +79,4 @@ class ShortRowsCuda(CudaVariant):
         """A block per tile of rows; a persistent config's grid is capped at the blocks the device
         holds at once (asked of the current device per call: a build serves every device)."""
         resident = int(config["block"]) if int(config["persistent"]) else 0
-        return LaunchGeometry(rows=self.tile_rows(config), cap=MAX_GRID_X, resident_block=resident)
+        return LaunchGeometry(rows=self.tile_rows(config), cap=MAX_GRID_X, resident_block=resident, residency=resident_blocks)

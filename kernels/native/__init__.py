@@ -14,7 +14,12 @@ Optional: without it every call takes the Python path, which gives the same resu
 The module's functions: ``run(x, stream, function, grid_x, block_x, shared_mem, slots, x_slot,
 out_slot)`` (``*Build.native(...)`` after x and the stream: one launch of grid (grid_x, 1, 1), every
 argument in an 8-byte slot as ``kernels.cuda.packing`` packs it, x and out as 0, patched per call at
-the two slots named), ``empty_like(x)``, ``param_sizes(function)``.
+the two slots named), ``empty_like(x)``, ``param_sizes(function)``; the plans, which pick and launch
+a new shape in one call (``plan_new`` from a table's ``native_index``, ``plan_learn`` a launch
+``Build.native`` described with the build's ``NativeRule``, ``plan_run``, ``plan_pick``,
+``plan_geometry``, ``plan_stats``), and ``softmax()``'s first step, ``dispatch(x, dim)``, over the
+plans routed per device and dtype (``dispatch_setup``, ``dispatch_route``); the source says each one's
+contract.
 """
 from __future__ import annotations
 
