@@ -174,6 +174,17 @@ def _plan_of(picker: list, device: int, dtype: str, module: Any) -> Any:
     return plan
 
 
+def plan_for(device: int, dtype: str) -> Any:
+    """The native plan of ``device``'s ``dtype`` rows, made now where the module is loaded and a pick
+    for them was read from the GPU's own table (warm-up: making it decodes the table's index,
+    milliseconds the first call would pay); None otherwise."""
+    module = _module_loaded or native_module()
+    picker = _pickers.get((device, dtype))
+    if module is None or picker is None or picker[2] is None:
+        return None
+    return _plan_of(picker, device, dtype, module)
+
+
 def _build_on(device: int, variant: str, config: dict[str, Any], dtype: str, n: int) -> Any:
     with torch.cuda.device(device):  # compile and load on the rows' device
         return build_for(variant, config, dtype, n)

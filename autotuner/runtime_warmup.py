@@ -7,7 +7,8 @@ N range, N aligned to 16 elements or not), and the native launch module is built
 (``kernels.native``). Everything lands in the on-disk caches as well (CuPy's and Triton's kernel
 caches, the native module's folder), so the next process finds it there. Last, the tables' decision
 indexes are read as ``softmax()`` and ``select_kernel`` read them (``_read_indexes``): a table's
-index is decoded on first use, about 10 ms, which the first request of each dtype would pay.
+index is decoded on first use, about 10 ms, which the first request of each dtype would pay; so
+is the native plan made from it, where the native module is loaded.
 """
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def _candidates(gpu: str, dtype: str) -> list[tuple[str, dict[str, Any], dict[st
 
 def _read_indexes(device: int, gpu: str, dtypes: tuple[str, ...]) -> None:
     """Decode, for each dtype, the index partitions (N a multiple of 8, and not) of the table view
-    that ``softmax()`` picks from on ``device`` and that ``select_kernel`` answers ``gpu`` from."""
+    that ``softmax()`` picks from on ``device`` and that ``select_kernel`` answers ``gpu`` from, and
+    make the native plans that ``softmax()`` calls go through (``runtime.plan_for``)."""
     from autotuner import runtime
     from autotuner.lookup.select import select_kernel
 
@@ -57,6 +59,7 @@ def _read_indexes(device: int, gpu: str, dtypes: tuple[str, ...]) -> None:
         for n in (8, 9):
             runtime.instance_for(device, 1, n, dtype)
             select_kernel(1, n, dtype, gpu=gpu)
+        runtime.plan_for(device, dtype)
 
 
 def _warm_instance(variant: str, config: dict[str, Any], limits: dict[str, int], dtype: str) -> int:

@@ -49,5 +49,28 @@ def test_warmup_reads_the_indexes_that_the_first_requests_would_decode(monkeypat
     table = select.default_store().get("h100", "bf16")
     view = select.default_store().own_view("h100", "bf16")[1]
     assert table._partitions[view] == [None, None]
+    made = []
+    monkeypatch.setattr(runtime, "plan_for", lambda device, dtype: made.append((device, dtype)))
     _read_indexes(7, "h100", ("bf16",))
     assert all(partition is not None for partition in table._partitions[view])
+    assert made == [(7, "bf16")]  # and the native plan softmax() calls go through
+
+
+def test_plan_for_makes_the_plan_only_where_the_module_is_loaded_and_the_gpu_has_its_table(monkeypatch):
+    import types
+
+    from autotuner import runtime
+    from autotuner.lookup.select import default_store
+
+    routed = []
+    module = types.SimpleNamespace(plan_new=lambda *args: "plan", dispatch_route=lambda *args: routed.append(args[:3]))
+    store = default_store()
+    table, view = store.own_view("h100", "fp16")
+    picker = [store, store.generation, table, view, [None] * (len(table.candidates) + 1), None]
+    monkeypatch.setattr(runtime, "_pickers", {(0, "fp16"): picker, (1, "fp16"): [store, 0, None, 0, [], None]})
+    monkeypatch.setattr(runtime, "_module_loaded", None)
+    monkeypatch.setattr(runtime, "native_module", lambda: None)
+    assert runtime.plan_for(0, "fp16") is None  # no module
+    monkeypatch.setattr(runtime, "native_module", lambda: module)
+    assert runtime.plan_for(1, "fp16") is None and runtime.plan_for(0, "bf16") is None  # no own table, no picker
+    assert runtime.plan_for(0, "fp16") == "plan" and routed == [(0, "fp16", "plan")]
