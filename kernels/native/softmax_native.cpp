@@ -74,7 +74,9 @@ bool resolve_driver() {
 
 // Allocate x's output and launch ``function`` on it: ``values`` are the n argument slots, x and out
 // patched in at x_slot and out_slot. Returns the output; None where x's or the output's data pointer
-// is not 16-byte aligned (nothing launched); nullptr with a Python error where the launch fails.
+// is not 16-byte aligned or the output does not fit in memory (nothing launched: the caller's own path
+// then allocates, and raises torch's OutOfMemoryError where it must); nullptr with a Python error
+// where the launch fails.
 PyObject* allocate_and_launch(const at::Tensor& x, void* stream, void* function, unsigned long grid_x,
                               unsigned long block_x, unsigned long shared_mem, uint64_t* values, std::size_t n,
                               Py_ssize_t x_slot, Py_ssize_t out_slot) {
@@ -98,6 +100,8 @@ PyObject* allocate_and_launch(const at::Tensor& x, void* stream, void* function,
       return nullptr;
     }
     return THPVariable_Wrap(std::move(out));
+  } catch (const c10::OutOfMemoryError&) {
+    Py_RETURN_NONE;
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
@@ -105,11 +109,11 @@ PyObject* allocate_and_launch(const at::Tensor& x, void* stream, void* function,
 }
 
 // run(x, stream, function, grid_x, block_x, shared_mem, slots, x_slot, out_slot) -> out, or None where
-// x's data pointer is not 16-byte aligned (the caller then takes its own path). One launch of grid
-// (grid_x, 1, 1) and block (block_x, 1, 1); slots: every argument in an 8-byte slot, x and out
-// patched at x_slot and out_slot. x must be a contiguous CUDA tensor on the current device, of the
-// shape and dtype the launch was described for (the caller's contract). The arguments are read
-// before the driver is looked up, so a machine without one checks their format.
+// x's data pointer is not 16-byte aligned or the output does not fit in memory (the caller then takes
+// its own path). One launch of grid (grid_x, 1, 1) and block (block_x, 1, 1); slots: every argument
+// in an 8-byte slot, x and out patched at x_slot and out_slot. x must be a contiguous CUDA tensor on
+// the current device, of the shape and dtype the launch was described for (the caller's contract).
+// The arguments are read before the driver is looked up, so a machine without one checks their format.
 PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 9 || !THPVariable_Check(args[0]) || !PyBytes_Check(args[6])) {
     PyErr_SetString(PyExc_TypeError,
@@ -524,6 +528,9 @@ PyObject* run_plan(Plan* plan, const at::Tensor& x, void* stream) {
       PyObject* out = THPVariable_Wrap(at::softmax(x, -1));
       if (out) ++plan->launches;
       return out;
+    } catch (const c10::OutOfMemoryError&) {  // the caller's torch.softmax raises torch's own error
+      ++plan->declined;
+      return PyLong_FromLongLong(candidate);
     } catch (const std::exception& e) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
       return nullptr;
@@ -568,7 +575,7 @@ PyObject* run_plan(Plan* plan, const at::Tensor& x, void* stream) {
   if (n_slot >= 0) values[n_slot] = static_cast<uint64_t>(n);
   PyObject* out = allocate_and_launch(x, stream, launch.function, grid, launch.block_x, shared_mem, values, launch.n,
                                       launch.x_slot, launch.out_slot);
-  if (out == Py_None) {  // a misaligned pointer
+  if (out == Py_None) {  // a misaligned pointer, or no memory for the output
     Py_DECREF(out);
     ++plan->declined;
     return PyLong_FromLongLong(candidate);

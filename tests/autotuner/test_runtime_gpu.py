@@ -190,3 +190,26 @@ def test_softmax_of_a_tensor_on_another_device():
         ys = [softmax(x), softmax(x)]
     for y in ys:
         assert y.device == x.device and check_softmax(y, x, "fp32").ok
+
+
+def test_out_of_memory_raises_torchs_error_and_keeps_the_native_path():
+    """An output that does not fit: the plan declines (it does not raise from C), the Python path raises
+    torch.OutOfMemoryError as torch.softmax would, and the native module stays on for the next call."""
+    import torch
+
+    from autotuner import runtime, softmax
+
+    x = random_input(8192, 8192, "fp32")  # 256 MB
+    softmax(x[:3])  # the rows' plan made and its launch taught, on a small shape of the same class
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(x.device).total_memory
+    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + x.numel() * 2) / total)
+    try:
+        with pytest.raises(torch.OutOfMemoryError):
+            softmax(x)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    assert not runtime._native_failed  # the module (where it is built) was not turned off
+    assert runtime.native_module() is None or runtime._dispatch is not None
+    assert check_softmax(softmax(x), x, "fp32").ok
