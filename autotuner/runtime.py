@@ -11,7 +11,8 @@ must cost arithmetic, never a compile or a recording.
   it, and per candidate the launches it was taught): one C call picks, works out the launch by the
   build's ``NativeRule``, allocates the output and launches. Where it cannot (no launch taught for
   the pick and N's class yet, a pick without a rule, the fallback), it answers the candidate it
-  picked, and the Python side takes the pick's instance (``_instance``), its launch for (M, N)
+  picked, and the Python side picks again (the tables may have changed meanwhile) and takes the
+  pick's instance (``_instance``), its launch for (M, N)
   (``Build.native``), issues it through the native module's ``run`` and teaches it to the plan.
   A torch_softmax pick calls ``torch.softmax`` itself (``Build.apply``).
 - Recent shapes: the native launch of the last calls the plan cannot launch (or, for a torch_softmax pick, its ``apply``)
@@ -120,15 +121,13 @@ def instance_for(device: int, m: int, n: int, dtype: str) -> Any:
     from the GPU's own table with ``DispatchTable.pick`` (the same index, without the answer's time
     model, reason and cached ``KernelChoice``), each candidate's build kept in a list by candidate;
     through ``select_kernel`` where the GPU has no own table (a donor's answer or the fallback)."""
-    return _instance(device, m, n, dtype, NO_PICK)[2]
+    return _instance(device, m, n, dtype)[2]
 
 
-NO_PICK = -2  # _instance: no candidate picked yet (a plan's answer where its index has no leaf)
-
-
-def _instance(device: int, m: int, n: int, dtype: str, candidate: int) -> tuple[Any, int, Any]:
-    """(picker or None where the GPU has no own table, the candidate picked, -1 the fallback, its build)
-    for (m, n): ``candidate`` where a plan picked it already, else the table's pick."""
+def _instance(device: int, m: int, n: int, dtype: str) -> tuple[Any, int, Any]:
+    """(picker or None where the GPU has no own table, the table's pick for (m, n): a candidate, -1 the
+    fallback, -2 none where there is no own table, its build). A plan's pick is not taken over: the
+    tables may have changed since it was made (another thread), and this path is the slow one anyway."""
     store = _select._default_store or _select.default_store()
     picker = _pickers.get((device, dtype))
     if picker is None or picker[0] is not store or picker[1] != store.generation:
@@ -137,10 +136,9 @@ def _instance(device: int, m: int, n: int, dtype: str, candidate: int) -> tuple[
     if table is None:
         choice = select_kernel(m, n, dtype, gpu=_gpu_key(device))
         build = _builds.get((choice.variant, choice.config_items, dtype))
-        return None, NO_PICK, build or _build_on(device, choice.variant, choice.config, dtype, n)
-    if candidate == NO_PICK:
-        picked = table.pick(m, n, picker[3])
-        candidate = -1 if picked is None else picked  # the last slot: the fallback's
+        return None, -2, build or _build_on(device, choice.variant, choice.config, dtype, n)
+    picked = table.pick(m, n, picker[3])
+    candidate = -1 if picked is None else picked  # the last slot: the fallback's
     build = picker[4][candidate]
     if build is None:
         variant, config = ("torch_softmax", {}) if candidate < 0 else \
@@ -202,7 +200,7 @@ def native_module() -> Any:
     return module
 
 
-def _launch_native(device: int, rows: Any, build: Any, shape: Any, picker: Any = None, candidate: int = NO_PICK) -> Any:
+def _launch_native(device: int, rows: Any, build: Any, shape: Any, picker: Any = None, candidate: int = -2) -> Any:
     """``rows``' softmax through the native module (``device`` current), or None where it cannot
     take the call. The launch is taught to the picker's plan where the build has a native rule
     (the plan then launches every shape of its class itself), else kept for the shape (``_recent``)."""
@@ -270,11 +268,10 @@ def _remember(key: tuple, entry: tuple) -> None:
     _recent[key] = entry
 
 
-def _launch(device: int, rows: Any, dtype: str, candidate: int = NO_PICK) -> Any:
-    """The softmax of 2-D contiguous ``rows`` (M, N > 0) on ``device``, on its current stream;
-    ``candidate``: the table's pick where a plan made it already."""
+def _launch(device: int, rows: Any, dtype: str) -> Any:
+    """The softmax of 2-D contiguous ``rows`` (M, N > 0) on ``device``, on its current stream."""
     shape = rows.shape
-    picker, candidate, build = _instance(device, shape[0], shape[1], dtype, candidate)
+    picker, candidate, build = _instance(device, shape[0], shape[1], dtype)
     if build.apply is not None:  # a variant with a cheaper way to a new tensor (torch_softmax: torch's own)
         _remember((device, (shape[0], shape[1]), rows.dtype), (None, None, -1, _callable_number(build.apply)))
         return build.apply(rows)
@@ -360,17 +357,14 @@ def softmax(x: Any, dim: int = -1) -> Any:
     # eager: the native module's dispatch (2-D contiguous rows over the last dim whose device and dtype
     # have a plan: picked and launched in one C call), else a repeated shape's kept launch, without
     # the custom-op dispatcher's per-call cost
-    picked = NO_PICK
     if _dispatch is not None:
-        try:  # the softmax, None (no plan takes x), or the candidate the plan picked but cannot launch
+        try:  # the softmax; None (no plan takes x) or the candidate a plan picked but cannot launch: on
             got = _dispatch(x, dim)
         except (RuntimeError, SystemError, TypeError, ValueError) as exc:
             _native_broke(exc)
             got = None
-        if got is not None:
-            if type(got) is not int:
-                return got
-            picked = got
+        if got is not None and type(got) is not int:
+            return got
     if type(x) is _Tensor and (dim == -1 or dim == 1):
         shape = x.shape
         if len(shape) == 2 and x.is_contiguous():
@@ -387,7 +381,7 @@ def softmax(x: Any, dim: int = -1) -> Any:
                         return out
             dtype = _DTYPE_NAMES.get(x.dtype)
             if dtype is not None and shape[0] and shape[1] and x.is_cuda:  # a new shape: no validation to redo
-                return _launch(device, x, dtype, picked)
+                return _launch(device, x, dtype)
     return _softmax_impl(x, dim)
 
 

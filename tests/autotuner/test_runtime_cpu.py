@@ -103,8 +103,7 @@ def test_a_kept_launch_is_used_only_on_its_stream_its_device_and_while_its_guard
 
 def picks_with(monkeypatch, instance_for) -> None:
     """The runtime picks ``instance_for(device, m, n, dtype)``'s build, as from a GPU without a table of its own."""
-    monkeypatch.setattr(runtime, "_instance", lambda device, m, n, dtype, candidate: (
-        None, runtime.NO_PICK, instance_for(device, m, n, dtype)))
+    monkeypatch.setattr(runtime, "_instance", lambda device, m, n, dtype: (None, -2, instance_for(device, m, n, dtype)))
 
 
 def fake_build(launched: list, stream_bound: bool = False, native: bool = True, guard=None):
@@ -221,21 +220,19 @@ def planned(fake_cuda, monkeypatch):
     return fake_cuda
 
 
-def test_a_call_the_dispatch_answers_is_its_answer_and_its_pick_is_not_made_again(planned, monkeypatch):
+def test_a_call_the_dispatch_launches_is_its_answer_and_any_other_takes_the_python_path(planned, monkeypatch):
     x = torch.randn(4, 5)
     planned.module.answer = torch.full((4, 5), 9.0)
     assert runtime.softmax(x) is planned.module.answer  # picked and launched in C
     asked = []
-    monkeypatch.setattr(runtime, "_instance", lambda device, m, n, dtype, candidate: asked.append(candidate) or (
-        planned.picker, candidate, fake_build([])))
+    monkeypatch.setattr(runtime, "_instance", lambda device, m, n, dtype: asked.append((m, n)) or (
+        planned.picker, 3, fake_build([])))
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))  # CPU rows past the CUDA check
-    planned.module.answer = 3  # the plan picked candidate 3 but cannot launch it: the pick is not made again
-    assert torch.equal(runtime.softmax(x), torch.full((4, 5), 7.0))
-    assert asked == [3] and planned.module.taught == []  # a build without a rule: nothing taught
-    assert (-1, (4, 5), torch.float32) in runtime._recent  # ... but kept for its repeats
-    planned.module.answer = None  # no plan for these rows: the Python path picks
-    runtime.softmax(torch.randn(2, 7))
-    assert asked[-1] == runtime.NO_PICK
+    for n, answer in ((7, 3), (8, None)):  # a candidate the plan picked but cannot launch; no plan for the rows
+        planned.module.answer = answer
+        assert torch.equal(runtime.softmax(torch.randn(2, n)), torch.full((2, n), 7.0))
+    assert asked == [(2, 7), (2, 8)]  # picked again in Python: the tables may have changed since the plan's pick
+    assert planned.module.taught == [] and (-1, (2, 7), torch.float32) in runtime._recent  # no rule: kept instead
 
 
 @pytest.mark.parametrize("learns", [True, False])
