@@ -200,7 +200,7 @@ def native_module() -> Any:
     return module
 
 
-def _launch_native(device: int, rows: Any, build: Any, shape: Any, picker: Any = None, candidate: int = -2) -> Any:
+def _launch_native(device: int, rows: Any, build: Any, shape: Any, picker: Any, candidate: int) -> Any:
     """``rows``' softmax through the native module (``device`` current), or None where it cannot
     take the call. The launch is taught to the picker's plan where the build has a native rule
     (the plan then launches every shape of its class itself), else kept for the shape (``_recent``)."""
@@ -385,6 +385,15 @@ def softmax(x: Any, dim: int = -1) -> Any:
     return _softmax_impl(x, dim)
 
 
+def plan_stats() -> dict[str, int]:
+    """The native plans' figures summed (``plan_stats`` of each; ``kernels/native``): how many plans,
+    the calls they launched themselves and declined, the launches they keep. Zeros without plans."""
+    plans = [picker[5] for picker in _pickers.values() if picker[5] is not None]
+    module = native_loader.load() if plans else None  # the module that made them, even after it failed
+    stats = [module.plan_stats(plan) for plan in plans] if module is not None else []
+    return {"plans": len(stats), **{key: sum(stat[key] for stat in stats) for key in ("launches", "declined", "launches_kept")}}
+
+
 def cache_sizes() -> dict[str, int]:
     """Entries of every cache on softmax()'s path (this module's, the native plans' launches kept per
     candidate and class of N, the lookup's answers, the CUDA layer's launchers, the Triton launchers'
@@ -394,9 +403,9 @@ def cache_sizes() -> dict[str, int]:
     from kernels.triton_impl import launch as triton_launch
 
     launchers = triton_launch.all_launchers()
-    plans = [picker[5] for picker in _pickers.values() if picker[5] is not None]
+    plans = plan_stats()
     return {"builds": len(_builds), "recent_shapes": len(_recent), "gpu_keys": len(_gpu_keys), "pickers": len(_pickers),
-            "plans": len(plans), "plan_launches_kept": sum(_module_loaded.plan_stats(plan)["launches_kept"] for plan in plans),
+            "plans": plans["plans"], "plan_launches_kept": plans["launches_kept"],
             "lookup_answers": len(default_store()._cache), "cuda_generic_launchers": len(cuda_launch._generic),
             "triton_compiled_kernels": sum(len(launcher.compiled) for launcher in launchers),
             "triton_native_launches": sum(len(launcher._natives) for launcher in launchers)}

@@ -181,29 +181,18 @@ def gpu_ratio(inputs, softmax, reference, sample: int, rng: random.Random) -> di
             "worst_ratio": math.exp(max(logs)), "best_ratio": math.exp(min(logs))}
 
 
-def plan_counts() -> dict:
-    """Calls the runtime's native plans launched themselves and declined (then the Python path took
-    them), summed over the plans."""
-    from autotuner import runtime
-
-    module = runtime.native_module()
-    plans = [picker[5] for picker in runtime._pickers.values() if picker[5] is not None]
-    stats = [module.plan_stats(plan) for plan in plans] if module is not None else []
-    return {key: sum(stat[key] for stat in stats) for key in ("launches", "declined")}
-
-
 def workload(name, inputs, fresh, softmax, reference, rng) -> dict:
     """``inputs`` timed call by call (new, then repeated; the medians also per pick), ``fresh`` (other
     shapes, also new) back to back; how many of the new shapes' calls the native plans launched themselves."""
     import torch
 
-    from autotuner import select_kernel
+    from autotuner import runtime, select_kernel
 
     names = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
     labels = [select_kernel(x.shape[0], x.shape[1], names[x.dtype]).variant for x in inputs]
-    before = plan_counts()
+    before = runtime.plan_stats()
     first = host_times(inputs, softmax, reference, labels)
-    after = plan_counts()
+    after = runtime.plan_stats()
     first["plan_launched"], first["plan_declined"] = (after[key] - before[key] for key in ("launches", "declined"))
     again = host_times(inputs, softmax, reference, labels)
     loop = back_to_back(fresh, softmax, reference)

@@ -228,11 +228,10 @@ def host_costs(sources: dict) -> list[str]:
         if row is None:
             continue
         new, again, loop = row["new_shapes"], row["repeats"], row["new_shapes_back_to_back"]
+        plan = f"{new['plan_launched']:,} of {new['calls']:,}" if "plan_launched" in new else "-"
         lines.append(f"| {label} | {new['softmax_median_us']:.1f} ({new['torch_median_us']:.1f}) | "
                      f"{new['median_ratio']:.2f}x | {new['mean_ratio']:.2f}x | {again['median_ratio']:.2f}x | "
-                     f"{loop['wall_ratio']:.2f}x | {row['gpu_time_ratio_geomean']:.3f}x | "
-                     f"{new['plan_launched']:,} of {new['calls']:,} |" if "plan_launched" in new else
-                     f"{loop['wall_ratio']:.2f}x | {row['gpu_time_ratio_geomean']:.3f}x | - |")
+                     f"{loop['wall_ratio']:.2f}x | {row['gpu_time_ratio_geomean']:.3f}x | {plan} |")
     picks = next((data[key]["new_shapes"].get("by_pick") for key in WORKLOADS if key.startswith("domain") and key in data), None)
     if picks:
         lines += ["", "The domain's new shapes by pick (median µs of `softmax`, of `torch.softmax`, their ratio; the "

@@ -93,8 +93,8 @@ class CudaVariant(Variant):
         smem = self.dynamic_smem(config, dtype, n)
         resources = loader.resources_of(function, threads, smem, compile_seconds=seconds)
         launch, native = self.build_launcher(function, config, dtype, resources)
-        rule = self.native_rule(config, dtype) if native is not None else None
-        return Build(self.name, config, dtype, launch, resources, native, self.native_stream_bound, native_rule=rule)
+        return Build(self.name, config, dtype, launch, resources, native, self.native_stream_bound,
+                     native_rule=self.native_rule(config, dtype))
 
     def build_launcher(self, function: Any, config: KernelConfig, dtype: str, resources: Resources):
         """``(launch, native)`` of one build (``Build``), given what the driver reported for it:

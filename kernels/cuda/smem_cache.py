@@ -26,10 +26,15 @@ H100_OPTIN = 232448  # cudaDevAttrMaxSharedMemoryPerBlockOptin of sm_90 (227 KB)
 STATIC_RESERVE = 1024  # the block reduction's static scratch (<= 256 B), rounded up
 
 
+def cache_geometry(block: int, regs: int, dtype: str) -> LaunchGeometry:
+    """One block per row; dynamic shared memory for rows of n: the body vectors past the register part
+    (REGS per thread), 16 B each. A row has at most n // VEC whole vectors (the kernel's smx::row_split)."""
+    return LaunchGeometry(vec=vector_width(dtype), held=regs * block)
+
+
 def cache_bytes(block: int, regs: int, n: int, dtype: str) -> int:
-    """Dynamic shared memory for rows of n: the body vectors past the register part, 16 B each.
-    A row has at most n // VEC whole vectors (the kernel's smx::row_split)."""
-    return max(0, n // vector_width(dtype) - regs * block) * VECTOR_BYTES
+    """Dynamic shared memory for rows of n (``cache_geometry``'s)."""
+    return cache_geometry(block, regs, dtype)(1, n)[1]
 
 
 def capacity(block: int, regs: int, smem_bytes: int, dtype: str) -> int:
@@ -70,8 +75,7 @@ class _SmemCacheCuda(CudaVariant):
         return f"softmax_smem_cache<{CUDA_TYPE[dtype]}, {config['block']}, {config['regs']}>"
 
     def geometry(self, config: KernelConfig, dtype: str):
-        block, regs = int(config["block"]), int(config["regs"])
-        return LaunchGeometry(vec=vector_width(dtype), held=regs * block)  # one block per row: cache_bytes
+        return cache_geometry(int(config["block"]), int(config["regs"]), dtype)
 
 
 class SmemCacheMediumCuda(_SmemCacheCuda):

@@ -757,28 +757,32 @@ PyObject* plan_stats(PyObject*, PyObject* capsule) {
                        static_cast<unsigned long long>(plan->declined), "launches_kept", static_cast<Py_ssize_t>(kept));
 }
 
+using FastCall = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t);
+
+// A METH_FASTCALL function as the method table holds it (a PyCFunction, cast as CPython's own tables do)
+PyCFunction fastcall(FastCall function) {
+  return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(function));
+}
+
 PyMethodDef methods[] = {
-    {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL,
+    {"run", fastcall(run), METH_FASTCALL,
      "run(x, stream, function, grid_x, block_x, shared_mem, slots, x_slot, out_slot) -> out or None"},
     {"empty_like", empty_like, METH_O, "empty_like(x) -> Tensor"},
     {"param_sizes", param_sizes, METH_O, "param_sizes(function) -> tuple of sizes, or None"},
-    {"plan_new", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(plan_new)), METH_FASTCALL,
+    {"plan_new", fastcall(plan_new), METH_FASTCALL,
      "plan_new(candidates, exact, partitions, torch_softmax) -> plan"},
-    {"plan_pick", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(plan_pick)), METH_FASTCALL,
-     "plan_pick(plan, m, n) -> candidate"},
-    {"plan_learn", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(plan_learn)), METH_FASTCALL,
+    {"plan_pick", fastcall(plan_pick), METH_FASTCALL, "plan_pick(plan, m, n) -> candidate"},
+    {"plan_learn", fastcall(plan_learn), METH_FASTCALL,
      "plan_learn(plan, candidate, rule, guard, m, n, function, grid_x, block_x, shared_mem, slots, x_slot, out_slot) -> bool"},
-    {"plan_run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(plan_run)), METH_FASTCALL,
-     "plan_run(plan, x, stream) -> out or the candidate picked"},
-    {"plan_geometry", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(plan_geometry)), METH_FASTCALL,
+    {"plan_run", fastcall(plan_run), METH_FASTCALL, "plan_run(plan, x, stream) -> out or the candidate picked"},
+    {"plan_geometry", fastcall(plan_geometry), METH_FASTCALL,
      "plan_geometry(rule, m, n) -> (grid_x, shared_mem) or None"},
     {"plan_stats", plan_stats, METH_O, "plan_stats(plan) -> dict"},
-    {"dispatch_setup", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch_setup)), METH_FASTCALL,
+    {"dispatch_setup", fastcall(dispatch_setup), METH_FASTCALL,
      "dispatch_setup(select_module, current_device, raw_stream)"},
-    {"dispatch_route", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch_route)), METH_FASTCALL,
+    {"dispatch_route", fastcall(dispatch_route), METH_FASTCALL,
      "dispatch_route(device, dtype, plan, store, generation)"},
-    {"dispatch", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(dispatch)), METH_FASTCALL,
-     "dispatch(x, dim) -> out, the candidate picked, or None"},
+    {"dispatch", fastcall(dispatch), METH_FASTCALL, "dispatch(x, dim) -> out, the candidate picked, or None"},
     {nullptr, nullptr, 0, nullptr},
 };
 

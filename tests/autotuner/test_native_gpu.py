@@ -7,6 +7,7 @@ import pytest
 
 import kernels
 from kernels.reference import check_softmax, edge_input, random_input
+from tests.kernels.test_native import one_cell
 
 pytestmark = pytest.mark.gpu
 
@@ -81,7 +82,7 @@ def _plan_launches(module) -> int:
     """Calls the runtime's native plans have launched themselves so far."""
     from autotuner import runtime
 
-    return sum(module.plan_stats(picker[5])["launches"] for picker in runtime._pickers.values() if picker[5] is not None)
+    return runtime.plan_stats()["launches"]
 
 
 def test_native_launch_on_edge_rows_and_misaligned_input(native_module):
@@ -117,10 +118,6 @@ def test_dispatched_small_shapes_take_the_native_path(native_module, m, n, dtype
         "the host-cost targets' shapes must take the native path"
 
 
-# a native plan whose index has one cell, candidate 0 everywhere: plan_new's arrays (see autotuner/lookup/table.py)
-ONE_CELL = tuple(b"".join(v.to_bytes(8, "little", signed=True) for v in values)
-                 for values in ([1], [0, 1], [1], [0], [0], [], [], [0]))
-
 
 def _rule_shapes(variant, config, dtype):
     """Shapes of rows the config takes, at its ends and between, M small to large."""
@@ -155,7 +152,7 @@ def test_plan_launches_give_the_bits_of_the_builds_own_launch(native_module, var
             rule = native_rule(build)
             if rule is None:
                 continue
-            plan = native_module.plan_new(1, b"", (ONE_CELL, ONE_CELL), ())
+            plan = native_module.plan_new(1, b"", (one_cell(0),) * 2, ())  # candidate 0 everywhere
             for m, n in shapes:
                 x = random_input(m, n, dtype)
                 expected = torch.empty_like(x)

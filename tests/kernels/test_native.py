@@ -205,6 +205,13 @@ def test_the_module_reads_a_well_formed_launch_before_it_needs_the_driver(built)
 
 # --- plans: a new shape picked and launched in C ---------------------------------------------------
 
+def one_cell(candidate: int) -> tuple[bytes, ...]:
+    """A partition of one cell whose leaf answers ``candidate`` (-1: the fallback), as ``plan_new`` takes
+    each N class's arrays (``autotuner/lookup/table.py``)."""
+    return tuple(b"".join(v.to_bytes(8, "little", signed=True) for v in values)
+                 for values in ([1], [0, 1], [1], [0], [0], [], [], [candidate]))
+
+
 def _plan(built, table, view=0):
     return built.plan_new(len(table.candidates), *table.native_index(view), ())
 
@@ -337,9 +344,7 @@ def test_a_plan_computes_a_torch_softmax_pick_as_torch_softmax_does(built):
               if table.pick(m, n) == torch_candidate][:3]
     assert shapes, "the H100 fp32 table picks torch.softmax somewhere small"
     plan = built.plan_new(len(table.candidates), *table.native_index(0), (torch_candidate,))
-    everywhere_fallback = tuple(b"".join(v.to_bytes(8, "little", signed=True) for v in values)
-                                for values in ([1], [0, 1], [1], [0], [0], [], [], [-1]))
-    fallback = built.plan_new(0, b"", (everywhere_fallback,) * 2, ())
+    fallback = built.plan_new(0, b"", (one_cell(-1),) * 2, ())
     for m, n in shapes:
         x = torch.randn(m, n)
         assert torch.equal(built.plan_run(plan, x, 1), torch.softmax(x, -1))
@@ -396,9 +401,7 @@ def test_dispatch_takes_a_call_to_its_routes_plan_only_while_the_route_holds(bui
     store = types.SimpleNamespace(generation=3)
     select = types.SimpleNamespace(_default_store=store)
     current = [-1]
-    everywhere = tuple(b"".join(v.to_bytes(8, "little", signed=True) for v in values)
-                       for values in ([1], [0, 1], [1], [0], [0], [], [], [0]))
-    plan = built.plan_new(1, b"", (everywhere, everywhere), (0,))
+    plan = built.plan_new(1, b"", (one_cell(0),) * 2, (0,))
     built.dispatch_setup(select, lambda: current[0], lambda device: 1)
     built.dispatch_route(-1, "fp32", plan, store, 3)
     try:
