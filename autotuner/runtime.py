@@ -9,9 +9,10 @@ must cost arithmetic, never a compile or a recording.
 - A new shape on 2-D contiguous rows of a CUDA tensor goes to the native plan of its device and
   dtype (``kernels/native``: the GPU's own table's index, as ``DispatchTable.native_index`` gives
   it, and per candidate the launches it was taught): one C call picks, works out the launch by the
-  build's ``NativeRule``, allocates the output and launches. Where it cannot (no launch taught for
-  the pick and N's class yet, a pick without a rule, the fallback), it answers the candidate it
-  picked, and the Python side picks again (the tables may have changed meanwhile) and takes the
+  build's ``NativeRule``, allocates the output and launches (a torch_softmax pick, the fallback's
+  too, is ``at::softmax``; long_split's launches get the plan's own workspace of their stream and S).
+  Where it cannot (no launch taught for the pick and N's class yet, a pick without a rule), it
+  answers the candidate it picked, and the Python side picks again (the tables may have changed meanwhile) and takes the
   pick's instance (``_instance``), its launch for (M, N)
   (``Build.native``), issues it through the native module's ``run`` and teaches it to the plan.
   A torch_softmax pick calls ``torch.softmax`` itself (``Build.apply``).
@@ -217,9 +218,11 @@ def _launch_native(device: int, rows: Any, build: Any, shape: Any, picker: Any, 
         out = module.run(rows, stream, *launch)
         if out is None:
             return None
-        rule = native_rule(build) if picker is not None and candidate >= 0 and not build.stream_bound else None
-        if rule is not None and module.plan_learn(_plan_of(picker, device, build.dtype, module), candidate,
-                                                  rule.for_plan(), guard and _plan_guard(guard), m, n, *launch):
+        rule = native_rule(build) if picker is not None and candidate >= 0 else None
+        # a launch holding its stream's workspace is taught only under a split rule: the plan then puts its own in
+        if rule is not None and (rule.split is not None or not build.stream_bound) and module.plan_learn(
+                _plan_of(picker, device, build.dtype, module), candidate, rule.for_plan(), guard and _plan_guard(guard),
+                m, n, *launch):
             return out
     except (RuntimeError, SystemError, TypeError, ValueError) as exc:  # a module built wrong: Python path
         _native_broke(exc)
@@ -387,11 +390,13 @@ def softmax(x: Any, dim: int = -1) -> Any:
 
 def plan_stats() -> dict[str, int]:
     """The native plans' figures summed (``plan_stats`` of each; ``kernels/native``): how many plans,
-    the calls they launched themselves and declined, the launches they keep. Zeros without plans."""
+    the calls they launched themselves and declined, the launches and split workspaces they keep. Zeros
+    without plans."""
     plans = [picker[5] for picker in _pickers.values() if picker[5] is not None]
     module = native_loader.load() if plans else None  # the module that made them, even after it failed
     stats = [module.plan_stats(plan) for plan in plans] if module is not None else []
-    return {"plans": len(stats), **{key: sum(stat[key] for stat in stats) for key in ("launches", "declined", "launches_kept")}}
+    return {"plans": len(stats), **{key: sum(stat[key] for stat in stats)
+                                    for key in ("launches", "declined", "launches_kept", "workspaces")}}
 
 
 def cache_sizes() -> dict[str, int]:
@@ -405,7 +410,7 @@ def cache_sizes() -> dict[str, int]:
     launchers = triton_launch.all_launchers()
     plans = plan_stats()
     return {"builds": len(_builds), "recent_shapes": len(_recent), "gpu_keys": len(_gpu_keys), "pickers": len(_pickers),
-            "plans": plans["plans"], "plan_launches_kept": plans["launches_kept"],
+            "plans": plans["plans"], "plan_launches_kept": plans["launches_kept"], "plan_workspaces": plans["workspaces"],
             "lookup_answers": len(default_store()._cache), "cuda_generic_launchers": len(cuda_launch._generic),
             "triton_compiled_kernels": sum(len(launcher.compiled) for launcher in launchers),
             "triton_native_launches": sum(len(launcher._natives) for launcher in launchers)}

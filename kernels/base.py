@@ -178,19 +178,58 @@ class LaunchGeometry(NamedTuple):
         return grid, past_registers * 16 if past_registers > 0 else 0
 
 
+class RowSplit(NamedTuple):
+    """S blocks per row of a kernel whose blocks of a row meet in a workspace within one launch
+    (``kernels/cuda/long_split.cu``), as data, so that the native plans derive the same S in C:
+    enough blocks that none takes more than ``chunk`` 16-byte vectors (``vec`` elements each); where
+    the M rows would then leave resident block slots empty, more, down to ``min_share`` vectors a
+    block, so that every slot works; at most ``resident`` (a row's blocks must all be resident
+    together) and at least 1. Grid x = M * S. Called as ``split(m, n) -> S``.
+
+    A launch names its workspace (slot array and ticket counter, per device, stream and S: the Python
+    path's in ``kernels/cuda/slot_workspace.py``, a native plan's its own) in argument slots
+    ``slots_slot`` and ``tickets_slot`` (the ticket counter 0 where M * S blocks are all resident at
+    once), and S in ``s_slot``."""
+
+    chunk: int
+    min_share: int
+    resident: int
+    vec: int
+    s_slot: int
+    tickets_slot: int
+    slots_slot: int
+
+    def __call__(self, m: int, n: int) -> int:
+        return split_for(m, n // self.vec, self.chunk, self.min_share, self.resident)
+
+
+def split_for(m: int, vectors: int, chunk: int, min_share: int, resident: int) -> int:
+    """Blocks per row (``RowSplit``) of ``m`` rows of ``vectors`` 16-byte vectors."""
+    split = cdiv(max(vectors, 1), chunk)
+    if m * split < resident:
+        split = max(split, min(resident // max(m, 1), cdiv(max(vectors, 1), min_share)))
+    return max(1, min(split, resident))
+
+
+NO_SPLIT = (0, 0, 0, 0, -1, -1, -1)  # RowSplit's ints in a rule without one
+
+
 class NativeRule(NamedTuple):
     """How a native plan derives a build's launch of any (M, N) from one launch ``Build.native``
     described (``kernels/native``): grid and shared memory by ``geometry`` (with ``vec`` 0, the
     described launch's shared memory), rows longer than ``n_max`` declined (0: none), M and N
     written into argument slots ``m_slot`` and ``n_slot`` (-1: not arguments). ``by_class``: one
     described launch per class of N (the next power of two, and Triton's specialisation of an int
-    argument: 32-bit range, divisible by 16, and == 1, which is declined), not one for every N."""
+    argument: 32-bit range, divisible by 16, and == 1, which is declined), not one for every N.
+    ``split``: grid x is M * S blocks instead (``RowSplit``), and the plan puts its own workspace of
+    the call's stream and S into the described launch."""
 
     geometry: LaunchGeometry
     n_max: int = 0
     by_class: bool = False
     m_slot: int = -1
     n_slot: int = -1
+    split: RowSplit | None = None
 
     def for_plan(self) -> tuple[int, ...]:
         """The ints ``plan_learn`` takes, the resident cap read for the current device."""
@@ -200,7 +239,7 @@ class NativeRule(NamedTuple):
             resident = geometry.residency(geometry.resident_block)
             cap = min(cap or resident, resident)
         return (geometry.rows, geometry.per_row, cap, geometry.vec, geometry.parts, geometry.held, self.n_max,
-                int(self.by_class), self.m_slot, self.n_slot)
+                int(self.by_class), self.m_slot, self.n_slot, *(self.split or NO_SPLIT))
 
 
 @dataclass

@@ -94,7 +94,7 @@ class CudaVariant(Variant):
         resources = loader.resources_of(function, threads, smem, compile_seconds=seconds)
         launch, native = self.build_launcher(function, config, dtype, resources)
         return Build(self.name, config, dtype, launch, resources, native, self.native_stream_bound,
-                     native_rule=self.native_rule(config, dtype))
+                     native_rule=self.native_rule(config, dtype, resources))
 
     def build_launcher(self, function: Any, config: KernelConfig, dtype: str, resources: Resources):
         """``(launch, native)`` of one build (``Build``), given what the driver reported for it:
@@ -132,9 +132,10 @@ class CudaVariant(Variant):
 
         return launch, kernel.row_native(geometry, n_max)
 
-    def native_rule(self, config: KernelConfig, dtype: str) -> NativeRule | None:
+    def native_rule(self, config: KernelConfig, dtype: str, resources: Resources | None = None) -> NativeRule | None:
         """How the native plans derive a launch of the default signature from ``geometry`` (M and N
-        in slots 2 and 3); None for a variant with its own arguments or launch."""
+        in slots 2 and 3); None for a variant with its own arguments or launch. ``resources``: what
+        the driver reported for the build, for a rule that depends on it (long_split's residency)."""
         if type(self).kernel_args is not CudaVariant.kernel_args or type(self).geometry is CudaVariant.geometry:
             return None
         return NativeRule(self.geometry(config, dtype), self.launch_row_limit(config, dtype) or 0, m_slot=2, n_slot=3)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from kernels.base import KernelConfig, Resources, cdiv
+from kernels.base import KernelConfig, LaunchGeometry, NativeRule, Resources, RowSplit, split_for  # noqa: F401 - split_for re-exported
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE
@@ -30,16 +30,6 @@ from kernels.cuda.two_pass import MAX_GRID_X, MAX_ROW, vector_width
 
 EXCHANGE_HEADER = "slot_exchange.cuh"
 
-
-def split_for(m: int, vectors: int, chunk: int, min_share: int, resident: int) -> int:
-    """Blocks per row: enough that none takes more than ``chunk`` vectors; where the M rows would
-    then leave resident block slots empty, more (down to ``min_share`` vectors a block, one pass of
-    its threads' loads) so that every slot works; at most ``resident`` (a row's blocks must all be
-    resident together) and at least 1."""
-    split = cdiv(max(vectors, 1), chunk)
-    if m * split < resident:
-        split = max(split, min(resident // max(m, 1), cdiv(max(vectors, 1), min_share)))
-    return max(1, min(split, resident))
 
 # Offered only past what the register-resident kernels hold (N > 262144, the classic grid's largest N).
 # The kernel itself is correct for any N >= 1 (its GPU tests build it for N = 1); below this the H100
@@ -85,18 +75,30 @@ class LongSplitCuda(SlotWorkspace, CudaVariant):
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         return f"softmax_long_split<{CUDA_TYPE[dtype]}, {config['block']}, {config['unroll']}>"
 
-    def build_launcher(self, function: Any, config: KernelConfig, dtype: str, resources: Resources):
+    def row_split(self, config: KernelConfig, dtype: str, resources: Resources) -> RowSplit:
+        """S per launch (``RowSplit``): the argument slots are the kernel's (x, out, slots, tickets, N, S)."""
         block, unroll, chunk = self._shape(config)
         _, _, sm_count = loader.device_limits()
         resident = (resources.blocks_per_sm or 0) * sm_count
         if resident < 1:
             raise ValueError(f"{self.name} {config.key}: the driver reports no resident block of {block} threads")
-        vec = vector_width(dtype)
+        return RowSplit(chunk, block * unroll, resident, vector_width(dtype), s_slot=5, tickets_slot=3, slots_slot=2)
+
+    def native_rule(self, config: KernelConfig, dtype: str, resources: Resources | None = None) -> NativeRule | None:
+        """N in slot 4, grid M * S (``row_split``); None before the driver has reported the build's residency."""
+        if resources is None or not resources.blocks_per_sm:
+            return None
+        return NativeRule(LaunchGeometry(), n_slot=4, split=self.row_split(config, dtype, resources))
+
+    def build_launcher(self, function: Any, config: KernelConfig, dtype: str, resources: Resources):
+        block, _, _ = self._shape(config)
+        row_split = self.row_split(config, dtype, resources)
+        resident = row_split.resident
         kernel = loader.KernelLauncher(function, (block, 1, 1), "PPPPqi")
 
         def arguments(device: int, stream: int, m: int, n: int) -> tuple[int, int, int]:
             """(S, slots, tickets) of an (m, n) launch on ``stream``; ValueError past the grid limit."""
-            split = split_for(m, n // vec, chunk, block * unroll, resident)
+            split = row_split(m, n)
             if m * split > MAX_GRID_X:
                 raise ValueError(f"{self.name} {config.key}: M={m} needs more than {MAX_GRID_X} blocks")
             slots = self.slots(device, stream, m, split).data_ptr()

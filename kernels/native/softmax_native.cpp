@@ -5,8 +5,9 @@
 // values (Build.native: function handle, grid, block, shared memory, 8-byte argument slots with the
 // x and out slots), and run issues it as one C call with no object made per shape: allocate the
 // output with at::empty_like, patch the two pointers into a copy of the slots, launch on the given
-// stream. Nothing here owns CUDA state: function handles and the stream come from the caller, and
-// libcuda is the one the process has loaded already.
+// stream. Function handles and the stream come from the caller, and libcuda is the one the process
+// has loaded already; the only CUDA memory kept here is the plans' workspaces of split launches
+// (see Workspace), torch tensors freed with their plan.
 #define PY_SSIZE_T_CLEAN  // "y#" sizes are Py_ssize_t (required from Python 3.12)
 #include <Python.h>
 #include <dlfcn.h>
@@ -22,6 +23,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/softmax.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 namespace {
@@ -32,11 +34,13 @@ using FuncGetParamInfo = int (*)(void*, std::size_t, std::size_t*, std::size_t*)
 using DeviceGet = int (*)(int*, int);
 using PrimaryCtxRetain = int (*)(void**, int);
 using CtxSetCurrent = int (*)(void*);
+using StreamIsCapturing = int (*)(void*, int*);
 LaunchKernel launch_kernel = nullptr;
 FuncGetParamInfo func_get_param_info = nullptr;  // CUDA 12.4+ drivers; null on older ones
 DeviceGet device_get = nullptr;
 PrimaryCtxRetain primary_ctx_retain = nullptr;
 CtxSetCurrent ctx_set_current = nullptr;
+StreamIsCapturing stream_is_capturing = nullptr;
 
 constexpr int kInvalidContext = 201;  // CUDA_ERROR_INVALID_CONTEXT: this thread has no current context
 
@@ -69,6 +73,7 @@ bool resolve_driver() {
   device_get = reinterpret_cast<DeviceGet>(dlsym(lib, "cuDeviceGet"));
   primary_ctx_retain = reinterpret_cast<PrimaryCtxRetain>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
   ctx_set_current = reinterpret_cast<CtxSetCurrent>(dlsym(lib, "cuCtxSetCurrent"));
+  stream_is_capturing = reinterpret_cast<StreamIsCapturing>(dlsym(lib, "cuStreamIsCapturing"));
   return true;
 }
 
@@ -203,6 +208,10 @@ struct Rule {
   int64_t rows = 1, per_row = 1, cap = 0, vec = 0, parts = 1, held = 0, n_max = 0;
   bool by_class = false;  // a launch per class of N (Triton: BLOCK = next power of two, N's specialisation)
   int64_t m_slot = -1, n_slot = -1;  // the argument slots M and N are packed at (-1: not an argument)
+  // S blocks per row (kernels/base.py, RowSplit; split_chunk 0: none): grid M * S, S in s_slot, and the
+  // plan's workspace (slot array, ticket counter) of the launch's stream and S in slots_slot and tickets_slot
+  int64_t split_chunk = 0, split_min_share = 0, split_resident = 0, split_vec = 0;
+  int64_t s_slot = -1, tickets_slot = -1, slots_slot = -1;
   PyObject* guard = nullptr;  // checked before each launch (owned reference): see guard_holds
 };
 
@@ -212,6 +221,39 @@ struct Template {
   std::size_t n = 0;
   Py_ssize_t x_slot = 0, out_slot = 0;
   uint64_t values[kMaxSlots];
+};
+
+// The workspace of a split rule's launches on one stream and S (kernels/cuda/slot_workspace.py has the
+// Python path's): an int64 slot array of `words`, zero when carved (every epoch 0), carved anew twice
+// as large where more rows need it, and a ticket counter (an int32), 0 between launches. A row's
+// slots are only ever written by launches of one S, as the slot protocol needs
+// (kernels/cuda/slot_exchange.cuh). Both are carved from the stream's Arena: a new S costs no
+// allocation or fill of its own (each, tens of microseconds of a call).
+struct Workspace {
+  uint64_t slots = 0, tickets = 0;
+  int64_t words = 0;
+};
+
+constexpr int64_t kArenaFirstWords = int64_t{1} << 15;  // 256 KiB, then doubling
+constexpr int64_t kArenaMaxWords = int64_t{1} << 21;    // 16 MiB: a larger piece gets a block of its size
+
+// Zeroed int64 blocks of one stream, allocated on it, carved in order and never handed out twice; kept
+// until the plan goes (the workspaces hold addresses into them, not tensors).
+struct Arena {
+  std::vector<at::Tensor> blocks;
+  int64_t used = 0;  // words of the last block handed out
+
+  uint64_t carve(int64_t words, const at::TensorOptions& options) {
+    words = (words + 1) / 2 * 2;  // pieces 16 bytes apart, as allocations would be
+    if (blocks.empty() || used + words > blocks.back().numel()) {
+      int64_t size = blocks.empty() ? kArenaFirstWords : std::min(2 * blocks.back().numel(), kArenaMaxWords);
+      blocks.push_back(at::zeros({std::max(size, words)}, options.dtype(at::kLong)));
+      used = 0;
+    }
+    uint64_t address = reinterpret_cast<uint64_t>(blocks.back().data_ptr()) + static_cast<uint64_t>(used) * 8;
+    used += words;
+    return address;
+  }
 };
 
 struct Partition {
@@ -224,6 +266,8 @@ struct Plan {
   std::vector<Rule> rules;                    // per candidate
   std::vector<char> torch_softmax;            // per candidate: torch.softmax's own (as the fallback, -1, is)
   std::vector<std::unordered_map<uint64_t, Template>> templates;  // per candidate, by class of N
+  std::unordered_map<uint64_t, Workspace> workspaces;             // split rules': by stream and S (split_key)
+  std::unordered_map<uint64_t, Arena> arenas;                     // their memory, by stream
   uint64_t launches = 0, declined = 0;
 };
 
@@ -282,9 +326,27 @@ bool class_of(const Rule& rule, int64_t m, int64_t n, uint64_t* key) {
   return true;
 }
 
-// grid x and dynamic shared memory of (m, n), m, n >= 1, by the rule (kernels/base.py, LaunchGeometry);
-// false where the grid does not fit gridDim.x
-bool geometry(const Rule& rule, int64_t m, int64_t n, int64_t* grid, int64_t* shared_mem) {
+// S blocks per row of (m, n), m, n >= 1 (kernels/base.py, split_for)
+int64_t split_for(const Rule& rule, int64_t m, int64_t n) {
+  int64_t vectors = std::max<int64_t>(n / rule.split_vec, 1);
+  int64_t split = (vectors + rule.split_chunk - 1) / rule.split_chunk;
+  if (m * split < rule.split_resident) {
+    split = std::max(split, std::min(rule.split_resident / m, (vectors + rule.split_min_share - 1) / rule.split_min_share));
+  }
+  return std::max<int64_t>(1, std::min(split, rule.split_resident));
+}
+
+// grid x and dynamic shared memory of (m, n), m, n >= 1, by the rule (kernels/base.py, LaunchGeometry,
+// or RowSplit: grid m * S, S in *split); false where the grid does not fit gridDim.x
+bool geometry(const Rule& rule, int64_t m, int64_t n, int64_t* grid, int64_t* shared_mem, int64_t* split = nullptr) {
+  if (rule.split_chunk) {
+    int64_t s = split_for(rule, m, n);
+    if (m > kMaxGrid / s) return false;
+    *grid = m * s;
+    *shared_mem = 0;
+    if (split) *split = s;
+    return true;
+  }
   int64_t blocks = (m + rule.rows - 1) / rule.rows;
   if (blocks > kMaxGrid / rule.per_row) return false;
   blocks *= rule.per_row;
@@ -296,6 +358,15 @@ bool geometry(const Rule& rule, int64_t m, int64_t n, int64_t* grid, int64_t* sh
     int64_t past_registers = ((n / rule.vec) + rule.parts - 1) / rule.parts - rule.held;
     *shared_mem = past_registers > 0 ? past_registers * 16 : 0;
   }
+  return true;
+}
+
+// the key of a split rule's workspace: its stream and S; false where they do not fit the key (a stream
+// handle past 48 bits, S past 16)
+bool split_key(int64_t split, void* stream, uint64_t* key) {
+  auto handle = reinterpret_cast<uint64_t>(stream);
+  if (handle >> 48 || split < 1 || split >> 16) return false;
+  *key = static_cast<uint64_t>(split) << 48 | handle;
   return true;
 }
 
@@ -429,19 +500,24 @@ int guard_holds(PyObject* guard) {
   return truth;
 }
 
+// a rule as NativeRule.for_plan gives it: 10 ints, or 17 with a RowSplit's (chunk 0: none)
 bool read_rule(PyObject* tuple, PyObject* guard, Rule* rule) {
-  if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != 10) {
+  Py_ssize_t size = PyTuple_Check(tuple) ? PyTuple_GET_SIZE(tuple) : 0;
+  if (size != 10 && size != 17) {
     PyErr_SetString(PyExc_TypeError, "a rule is (rows, per_row, cap, vec, parts, held, n_max, by_class, m_slot, "
-                    "n_slot), ints");
+                    "n_slot[, split_chunk, split_min_share, split_resident, split_vec, s_slot, tickets_slot, slots_slot]), ints");
     return false;
   }
-  int64_t v[10];
-  for (int i = 0; i < 10; ++i) {
+  int64_t v[17] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1};
+  for (Py_ssize_t i = 0; i < size; ++i) {
     v[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
     if (PyErr_Occurred()) return false;
   }
-  if (v[0] < 1 || v[1] < 1 || v[2] < 0 || v[3] < 0 || v[4] < 1 || v[6] < 0 || v[8] < -1 || v[9] < -1 ||
-      v[8] >= static_cast<int64_t>(kMaxSlots) || v[9] >= static_cast<int64_t>(kMaxSlots)) {
+  auto slot_ok = [](int64_t slot) { return slot >= -1 && slot < static_cast<int64_t>(kMaxSlots); };
+  bool split_ok = v[10] == 0 ? v[11] == 0 && v[12] == 0 && v[13] == 0 :
+                  v[10] > 0 && v[11] > 0 && v[12] > 0 && v[13] > 0 && v[14] >= 0 && v[15] >= 0 && v[16] >= 0 && !v[7];
+  if (v[0] < 1 || v[1] < 1 || v[2] < 0 || v[3] < 0 || v[4] < 1 || v[6] < 0 || !slot_ok(v[8]) || !slot_ok(v[9]) ||
+      !split_ok || !slot_ok(v[14]) || !slot_ok(v[15]) || !slot_ok(v[16])) {
     PyErr_SetString(PyExc_ValueError, "a rule's numbers are out of range");
     return false;
   }
@@ -451,7 +527,8 @@ bool read_rule(PyObject* tuple, PyObject* guard, Rule* rule) {
     return false;
   }
   Py_XDECREF(rule->guard);
-  *rule = Rule{true, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] != 0, v[8], v[9], nullptr};
+  *rule = Rule{true, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7] != 0, v[8], v[9],
+               v[10], v[11], v[12], v[13], v[14], v[15], v[16], nullptr};
   if (guard != Py_None) {
     Py_INCREF(guard);
     rule->guard = guard;
@@ -462,7 +539,8 @@ bool read_rule(PyObject* tuple, PyObject* guard, Rule* rule) {
 // plan_learn(plan, candidate, rule, guard, m, n, function, grid_x, block_x, shared_mem, slots, x_slot,
 // out_slot) -> bool: keep the launch the caller described for (m, n) (the arguments of run after x and
 // the stream) as the candidate's launch for (m, n)'s class, where the rule derives exactly that launch
-// from it; false (nothing kept) where it does not.
+// from it; false (nothing kept) where it does not. A split rule's launch is kept for every N: the plan
+// puts its own workspace of the call's stream and S in it.
 PyObject* plan_learn(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 13 || !PyBytes_Check(args[10])) {
     PyErr_SetString(PyExc_TypeError, "plan_learn(plan, candidate, rule, guard, m, n, function, grid_x, block_x, "
@@ -497,13 +575,17 @@ PyObject* plan_learn(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   learned.out_slot = out_slot;
   std::memcpy(learned.values, PyBytes_AS_STRING(args[10]), slots * 8);
   uint64_t key = 0;
-  int64_t grid = 0, derived_smem = 0;
+  int64_t grid = 0, derived_smem = 0, split = 0;
   auto slot_holds = [&](int64_t slot, int64_t value) {
     return slot < 0 || (static_cast<std::size_t>(slot) < slots && learned.values[slot] == static_cast<uint64_t>(value));
   };
-  bool agrees = class_of(rule, m, n, &key) && geometry(rule, m, n, &grid, &derived_smem) && grid == grid_x &&
+  bool agrees = class_of(rule, m, n, &key) && geometry(rule, m, n, &grid, &derived_smem, &split) && grid == grid_x &&
                 (!rule.vec || derived_smem == static_cast<int64_t>(shared_mem)) && (!rule.n_max || n <= rule.n_max) &&
                 slot_holds(rule.m_slot, m) && slot_holds(rule.n_slot, n);
+  if (agrees && rule.split_chunk) {  // S in its slot, and the workspace slots there for the plan to fill
+    agrees = slot_holds(rule.s_slot, split) && static_cast<std::size_t>(rule.slots_slot) < slots &&
+             static_cast<std::size_t>(rule.tickets_slot) < slots && shared_mem == 0;
+  }
   if (!agrees) Py_RETURN_FALSE;
   auto& kept = plan->templates[candidate];
   auto found = kept.find(key);
@@ -513,6 +595,41 @@ PyObject* plan_learn(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     kept[key] = learned;
   }
   Py_RETURN_TRUE;
+}
+
+// The workspace addresses of a split launch of m rows in S blocks on stream (the ticket counter's 0 where
+// one wave of blocks takes them all), carved or grown here (an arena block allocated on torch's current
+// stream, which is the launch's); false where the plan does not launch it (a stream that is capturing a CUDA graph: a
+// workspace zeroed there would be zeroed only when the graph replays; the caller's path then takes the
+// call), or false with a Python error.
+bool split_workspace(Plan* plan, const at::Tensor& x, void* stream, int64_t m, int64_t split, bool one_wave,
+                     uint64_t* slots_address, uint64_t* tickets_address) {
+  uint64_t key = 0;
+  if (!split_key(split, stream, &key)) return false;
+  if (x.is_cuda()) {
+    if (!resolve_driver()) return false;
+    int capturing = 0;
+    if (!stream_is_capturing || stream_is_capturing(stream, &capturing) != 0 || capturing != 0) return false;
+  }
+  try {
+    Workspace& workspace = plan->workspaces[key];
+    Arena& arena = plan->arenas[reinterpret_cast<uint64_t>(stream)];
+    int64_t words = 2 * m * split;
+    if (workspace.words < words) {
+      int64_t grown = std::max(words, workspace.words ? 2 * workspace.words : 4096);
+      workspace.slots = arena.carve(grown, x.options());
+      workspace.words = grown;
+    }
+    if (!one_wave && !workspace.tickets) workspace.tickets = arena.carve(2, x.options());
+    *slots_address = workspace.slots;
+    *tickets_address = one_wave ? 0 : workspace.tickets;
+    return true;
+  } catch (const c10::OutOfMemoryError&) {
+    return false;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return false;
+  }
 }
 
 // The softmax of x (2-D contiguous, on the current device, of the plan's dtype: the caller's contract) by
@@ -538,13 +655,15 @@ PyObject* run_plan(Plan* plan, const at::Tensor& x, void* stream) {
   }
   const Rule& rule = plan->rules[candidate];
   uint64_t key = 0;
-  int64_t grid = 0, shared_mem = 0;
+  int64_t grid = 0, shared_mem = 0, split = 0;
   if (!rule.set || (rule.n_max && n > rule.n_max) || !class_of(rule, m, n, &key) ||
-      !geometry(rule, m, n, &grid, &shared_mem)) {
+      !geometry(rule, m, n, &grid, &shared_mem, &split)) {
     ++plan->declined;
     return PyLong_FromLongLong(candidate);
   }
-  int64_t m_slot = rule.m_slot, n_slot = rule.n_slot;
+  int64_t m_slot = rule.m_slot, n_slot = rule.n_slot, s_slot = rule.split_chunk ? rule.s_slot : -1;
+  int64_t tickets_slot = rule.tickets_slot, slots_slot = rule.slots_slot;
+  bool one_wave = m * split <= rule.split_resident;
   bool derived_smem = rule.vec != 0;
   if (rule.guard) {  // may run Python code: another thread may teach the plan meanwhile, so nothing is held across it
     PyObject* guard = rule.guard;
@@ -569,10 +688,21 @@ PyObject* run_plan(Plan* plan, const at::Tensor& x, void* stream) {
     ++plan->declined;
     return PyLong_FromLongLong(candidate);
   }
+  uint64_t slots_address = 0, tickets_address = 0;
+  if (s_slot >= 0 && !split_workspace(plan, x, stream, m, split, one_wave, &slots_address, &tickets_address)) {
+    if (PyErr_Occurred()) return nullptr;
+    ++plan->declined;
+    return PyLong_FromLongLong(candidate);
+  }
   uint64_t values[kMaxSlots];
   std::memcpy(values, launch.values, launch.n * 8);
   if (m_slot >= 0) values[m_slot] = static_cast<uint64_t>(m);
   if (n_slot >= 0) values[n_slot] = static_cast<uint64_t>(n);
+  if (s_slot >= 0) {
+    values[s_slot] = static_cast<uint64_t>(split);
+    values[slots_slot] = slots_address;
+    values[tickets_slot] = tickets_address;
+  }
   PyObject* out = allocate_and_launch(x, stream, launch.function, grid, launch.block_x, shared_mem, values, launch.n,
                                       launch.x_slot, launch.out_slot);
   if (out == Py_None) {  // a misaligned pointer, or no memory for the output
@@ -747,14 +877,15 @@ PyObject* plan_geometry(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Py_BuildValue("(LL)", static_cast<long long>(grid), static_cast<long long>(shared_mem));
 }
 
-// plan_stats(plan) -> {"launches", "declined", "launches_kept"}: what the plan did, what it holds
+// plan_stats(plan) -> {"launches", "declined", "launches_kept", "workspaces"}: what the plan did, what it holds
 PyObject* plan_stats(PyObject*, PyObject* capsule) {
   Plan* plan = plan_of(capsule);
   if (!plan) return nullptr;
   std::size_t kept = 0;
   for (const auto& templates : plan->templates) kept += templates.size();
-  return Py_BuildValue("{sKsKsn}", "launches", static_cast<unsigned long long>(plan->launches), "declined",
-                       static_cast<unsigned long long>(plan->declined), "launches_kept", static_cast<Py_ssize_t>(kept));
+  return Py_BuildValue("{sKsKsnsn}", "launches", static_cast<unsigned long long>(plan->launches), "declined",
+                       static_cast<unsigned long long>(plan->declined), "launches_kept", static_cast<Py_ssize_t>(kept),
+                       "workspaces", static_cast<Py_ssize_t>(plan->workspaces.size()));
 }
 
 using FastCall = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t);

@@ -215,3 +215,44 @@ def test_native_launches_give_the_bits_of_the_builds_own_launch(native_module, v
         return  # bits checked above; such a driver keeps Triton launches on the Python path by design
     if variant_name not in PYTHON_PATH_VARIANTS:
         assert natives == checked, f"{variant_name}: {natives} of {checked} builds described their launches"
+
+
+def test_long_rows_are_launched_by_the_plan_with_its_own_workspaces_and_replay_in_a_cuda_graph(native_module):
+    """long_split picks (rows past register capacity): once a config's launch is taught, new shapes of
+    any S are launched by the plan with workspaces of its own (a second wave of blocks, ticketed,
+    included), float64-checked; under CUDA-graph capture the plan declines (a workspace zeroed there
+    would be zeroed only on replay) and the captured call replays right."""
+    import torch
+
+    from autotuner import runtime, select_kernel, softmax
+
+    def config_of(m, n):
+        choice = select_kernel(m, n, "fp16")
+        return choice.config_items if choice.variant == "cuda_long_split" else None
+
+    passes = [[(m + k, n + 8 * k) for m, n in ((1, 300001), (3, 524288), (2, 700001), (64, 600000), (200, 300000),
+                                                (5, 1048577))] for k in range(3)]
+    taught = set()
+    for shapes in passes:
+        picked = [(m, n) for m, n in shapes if config_of(m, n) is not None]
+        if len(picked) < 3:
+            pytest.skip("this GPU's tables pick long_split on too few of these shapes")
+        before = runtime.plan_stats()["launches"]
+        for m, n in picked:
+            x = random_input(m, n, "fp16")
+            assert check_softmax(softmax(x), x, "fp16").ok, (m, n)
+        assert runtime.plan_stats()["launches"] - before >= sum(config_of(m, n) in taught for m, n in picked)
+        taught |= {config_of(m, n) for m, n in picked}
+    assert runtime.plan_stats()["workspaces"] >= 2
+    m, n = picked[0]
+    static = random_input(m + 7, n + 24, "fp16")
+    softmax(static)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = softmax(static)
+    for _ in range(2):
+        fresh = random_input(m + 7, n + 24, "fp16")
+        static.copy_(fresh)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert check_softmax(out, fresh, "fp16").ok

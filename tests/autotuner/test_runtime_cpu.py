@@ -245,9 +245,24 @@ def test_a_launch_is_taught_to_the_plan_where_its_build_has_a_rule(planned, lear
     rows = torch.randn(4, 5)
     assert torch.equal(runtime._launch_native(-1, rows, build, rows.shape, planned.picker, 2), torch.full((4, 5), 7.0))
     launch = (0xF00, 4, 128, 0, bytes(32), 0, 1)
-    assert planned.module.taught == [(2, (1, 1, 0, 0, 1, 0, 0, 0, 2, 3), 4, 5, launch)]
+    assert planned.module.taught == [(2, (1, 1, 0, 0, 1, 0, 0, 0, 2, 3, 0, 0, 0, 0, -1, -1, -1), 4, 5, launch)]
     assert planned.module.routes == [(-1, "fp32", "plan")] and planned.picker[5] == "plan"  # made once, routed
     assert ((-1, (4, 5), torch.float32) in runtime._recent) is not learns  # a taught launch needs no memo
+
+
+def test_a_launch_holding_its_streams_workspace_is_taught_only_under_a_split_rule(planned):
+    """long_split's launches name their stream's workspace: a plan is taught them under a RowSplit
+    rule (it puts its own workspace in), and no such launch under a rule without one."""
+    from kernels.base import LaunchGeometry, NativeRule, RowSplit
+
+    for split in (None, RowSplit(2048, 1024, 264, 8, s_slot=5, tickets_slot=3, slots_slot=2)):
+        build = fake_build([], stream_bound=True)
+        build.native_rule, build.variant, build.dtype = NativeRule(LaunchGeometry(), n_slot=4, split=split), \
+            "cuda_long_split", "fp32"
+        planned.module.taught.clear()
+        rows = torch.randn(4, 5)
+        assert torch.equal(runtime._launch_native(-1, rows, build, rows.shape, planned.picker, 2), torch.full((4, 5), 7.0))
+        assert [entry[1][10:] for entry in planned.module.taught] == ([] if split is None else [tuple(split)])
 
 
 def test_a_dispatch_that_fails_turns_the_native_module_off_with_one_warning(planned):

@@ -117,3 +117,18 @@ def test_cuda_graph_replays():
         torch.cuda.synchronize()
         result = check_softmax(out, x, dtype)
         assert result.ok, result.message
+
+
+def test_workspaces_are_disjoint_zero_pieces_carved_per_stream_and_s():
+    """A new S's slot array and ticket counter are views of the device and stream's arena: 16-byte
+    aligned, zero, and overlapping no other S's (a slot array that grows takes a new piece)."""
+    import torch
+
+    variant = variant_or_skip()
+    device, stream = torch.cuda.current_device(), torch.cuda.current_stream().cuda_stream
+    pieces = [variant.slots(device, stream, rows, split) for rows, split in ((1, 900), (3, 901), (5000, 902))]
+    pieces += [variant.tickets(device, stream, 903), variant.slots(device, stream, 9000, 900)]  # 900 grown
+    spans = sorted((p.data_ptr(), p.data_ptr() + p.numel() * p.element_size()) for p in pieces)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+    assert all(p.data_ptr() % 16 == 0 and not p.any() for p in pieces)
+    assert pieces[-1].numel() >= 2 * 9000 * 900 and variant._retired

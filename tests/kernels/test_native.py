@@ -265,6 +265,70 @@ def test_a_plan_reads_every_launch_rule_as_python_does(built, monkeypatch):
             assert built.plan_geometry(rule.for_plan(), m, n) == geometry(m, n), (rule, m, n)
 
 
+def test_a_plan_derives_long_splits_blocks_per_row_as_python_does(built, monkeypatch):
+    """long_split's rule (RowSplit: S blocks per row, grid M * S): the C reading equals the Python one
+    for every config and dtype and a few residencies, over the domain and around S's steps."""
+    import random
+
+    from kernels import get_variant
+    from kernels.base import Resources
+    from kernels.cuda import loader
+
+    monkeypatch.setattr(loader, "device_limits", lambda: (2048, 1024, 132))
+    variant = get_variant("cuda_long_split")
+    rng = random.Random(11)
+    shapes = [(int(2 ** rng.uniform(0, 21)), int(2 ** rng.uniform(0, 31))) for _ in range(400)]
+    shapes += [(m, n) for m in (1, 2, 3, 131, 132, 133, 263, 264, 265, 1055, 1056, 1057, 2**30)
+               for n in (1, 7, 8, 9, 8 * 1023, 8 * 1024, 8 * 1025, 2**19 + 1, 2**24, 2**31 - 1)]
+    for config in variant.all_configs():
+        for dtype in variant.dtypes:
+            for blocks_per_sm in (1, 2, 8):
+                rule = variant.native_rule(config, dtype, Resources(blocks_per_sm=blocks_per_sm))
+                assert rule.split.resident == 132 * blocks_per_sm
+                for m, n in shapes:
+                    grid = m * rule.split(m, n)
+                    assert built.plan_geometry(rule.for_plan(), m, n) == ((grid, 0) if grid < 2**31 else None), \
+                        (config, dtype, blocks_per_sm, m, n)
+    assert variant.native_rule(variant.all_configs()[0], "fp16") is None  # no residency reported: no rule
+
+
+def test_a_plan_puts_its_own_workspace_per_stream_and_s_into_a_split_launch(built):
+    """A split rule's launch is learned where S is in its slot and the grid is M * S; the plan then
+    launches (here: attempts, on a made-up function) every (M, N) with a workspace of its own per
+    stream and S: the slot array grown where more rows need it, a ticket counter where M * S blocks
+    are more than resident. On CPU rows, whose workspaces are CPU tensors: no capture to check."""
+    import torch
+
+    from kernels.base import LaunchGeometry, NativeRule, RowSplit
+
+    split = RowSplit(chunk=2048, min_share=1024, resident=264, vec=8, s_slot=5, tickets_slot=3, slots_slot=2)
+    rule = NativeRule(LaunchGeometry(), n_slot=4, split=split).for_plan()
+    plan = built.plan_new(1, b"", (one_cell(0),) * 2, ())
+    n = 8 * 4096  # S = 2 where M * 2 >= 264 (two chunks); more where fewer rows leave slots empty
+
+    def launch(m, s=None):
+        s = split(m, n) if s is None else s
+        return (0x1234, m * s, 512, 0, struct.pack("<QQQQqi4x", 0, 0, 0xA000, 0, n, s), 0, 1)
+
+    def attempted(m, rows_n=n, stream=0x7000):
+        try:
+            return built.plan_run(plan, torch.ones(m, rows_n, dtype=torch.float16), stream) != 0
+        except RuntimeError as exc:  # the launch was attempted
+            assert "libcuda" in str(exc) or "cuLaunchKernel" in str(exc)
+            return True
+
+    assert {split(m, n) for m in (100, 120, 200, 300)} == {2} and split(10, n) == 4 and split(1, 8 * 100) == 1
+    assert not built.plan_learn(plan, 0, rule, None, 100, n, *launch(100, s=3))  # S not the rule's
+    assert not built.plan_learn(plan, 0, rule, None, 100, n, 0x1234, 100 * 2 + 1, *launch(100)[2:])  # grid
+    assert not built.plan_learn(plan, 0, rule, None, 100, n + 8, *launch(100))  # N not in its slot
+    assert built.plan_learn(plan, 0, rule, None, 100, n, *launch(100))
+    assert built.plan_stats(plan)["workspaces"] == 0
+    shapes = [(100, n), (300, n), (10, n), (1, 800), (100, n, 0x8000)]  # S = 2, 2 (grown, a second wave), 4, 1
+    assert all(attempted(*shape) for shape in shapes)
+    assert built.plan_stats(plan)["workspaces"] == 4  # (stream, S): (1, 2), (1, 4), (1, 1), (2, 2)
+    assert built.plan_stats(plan)["declined"] == 0 and built.plan_stats(plan)["launches_kept"] == 1
+
+
 def test_a_plan_learns_only_what_its_rule_derives_and_launches_a_learned_class_itself(built):
     """Before a launch is learned the plan answers its pick; a described launch that the rule does not
     derive is refused; once learned, shapes of the class are launched in C (here: the launch is
