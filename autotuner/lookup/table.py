@@ -35,7 +35,11 @@ reads; ``index`` is the rule's answer over the whole domain, written by the fit
 - ``copy_rate``: elements moved per µs by the copy at its best; a modelled time is at least the
   shape's bytes at that rate (the rule's floor).
 
-A lookup: probe the exact points, bisect into the band, into the cell (and its M range), read.
+A lookup answers a measured point as measured; any other shape, by a bisect into the band, into the
+cell (and its M range), and the leaf's time model. The lookup decodes a partition on its first use
+into ``_Partition``'s form (each measured point a cell of its own, each leaf's time model expanded
+in x and y, octave slices that shorten the bisects); ``native_index`` hands the native module the
+arrays of this format as they are.
 """
 from __future__ import annotations
 
@@ -43,14 +47,14 @@ import binascii
 import sys
 import zlib
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import namedtuple
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from math import log2
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: the lookup's import stays light
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 FORMAT_VERSION = 2
 CONVERT_COMMAND = "autotuner convert-tables FILE..."
@@ -59,6 +63,8 @@ CONVERT_COMMAND = "autotuner convert-tables FILE..."
 ARRAY_FIELDS = {"m_edges": "q", "band_start": "q", "n_edges": "q", "cell_ref": "q", "split_start": "q",
                 "split_m": "q", "split_leaf": "q", "leaf_answer": "q", "leaf_model": "f"}
 LEAF_MODEL = 6  # x0, y0, c0, c1, c2, c3 per leaf
+OCTAVES = 64  # bit lengths a decoded partition's octave slices cover: any M or N below 2**64
+SMALL_M = 1024  # an M below it finds its band by index: no bisect where the bands are densest (measured rows)
 # the int64 partition arrays a native plan reads, in plan_new's order (each leaf's candidate follows)
 PLAN_FIELDS = ("m_edges", "band_start", "n_edges", "cell_ref", "split_start", "split_m", "split_leaf")
 _NAN = float("nan")
@@ -91,37 +97,129 @@ def decode_array(text: str, typecode: str) -> array:
 
 
 class _Partition:
-    """One view and N class of the index, decoded for lookups: ``m_edges`` (the bands' lower edges)
-    and per band ``bands[b]``: (its cells' lower N edges, its cells), a cell being its leaf or, where
-    it is split along M, a list [the ranges' lower M edges, their leaves]. A leaf is the tuple
-    (answer, candidate, x0, y0, c0, c1, c2, c3), c0 NaN where it has no time (a fallback's included).
+    """One view and N class of the index, decoded for lookups (``DispatchTable.locate`` walks it):
+
+    - ``m_edges``: the bands' lower M edges (the first 1); ``m_octaves[k]``: the slice (lo, hi) of them
+      that a bisect for an M of bit length k searches (``_octave_slices``); ``small_m_bands[m]``: the
+      band of an M below ``SMALL_M``, read by index;
+    - ``bands[b]``: (its cells' lower N edges, their octave slices, its cells), a cell being a leaf or,
+      where it is split along M, a list [the ranges' lower M edges, their leaves];
+    - a leaf: the tuple (answer, candidate, a, b, c, d), its time model expanded once here from the
+      table's c0 + c1 (x - x0) + c2 (y - y0) + c3 (x - x0)(y - y0) to log2 predicted_us =
+      a + b x + (c + d x) y (x = log2 M, y = log2 N): no offsets to take per lookup, and the same
+      time to within 2e-11 relative over the shipped tables' leaves (the double rounding of terms of
+      up to 3e5); a NaN: no time (a fallback's leaf included);
+    - each measured point (m, n) of the view and class (``_carve``): a cell [n, n + 1) of its own,
+      split along M with the range [m, m + 1) holding the leaf (answer, candidate, (answer,
+      predicted_us, exact)), the last the 3-tuple ``locate`` returns, as measured. A new shape's
+      lookup then probes no measured points apart, and only a split cell's tells the two kinds of
+      leaf apart (by their length).
+
     Lists, not arrays: a bisect over a list of ints builds no object per probe, as it must over an
-    array; and a lookup reads one tuple where it would index six arrays."""
+    array; and a lookup reads one tuple where it would index six arrays. One int object per distinct
+    edge value (the bands repeat most of their edges): a lookup's comparisons read a few thousand
+    ints that stay in the CPU's caches, not one of tens of thousands."""
 
-    __slots__ = ("m_edges", "bands")
+    __slots__ = ("m_edges", "m_octaves", "bands", "small_m_bands")
 
-    def __init__(self, fields: Mapping[str, str], answers: list[tuple[int | None, str, str]]):
+    def __init__(self, fields: Mapping[str, str], answers: list[tuple[int | None, str, str]],
+                 measured: list[tuple[int, int, tuple[int, float | None, bool]]]):
         # built with zip and map where it can: a process's first lookup decodes a partition or two
-        arrays = {name: decode_array(fields[name], code).tolist() for name, code in ARRAY_FIELDS.items()}
+        arrays = {name: decode_array(fields[name], code).tolist() for name, code in ARRAY_FIELDS.items()
+                  if name != "leaf_model"}
         candidates = [answer[0] for answer in answers]
-        leaf_answer, coefficients = arrays["leaf_answer"], iter(arrays["leaf_model"])
-        leaves = list(zip(leaf_answer, map(candidates.__getitem__, leaf_answer), *[coefficients] * LEAF_MODEL))
-        if None in candidates:  # a fallback's leaf has no time, whatever its model holds
-            leaves = [leaf if leaf[1] is not None else leaf[:4] + (_NAN,) + leaf[5:] for leaf in leaves]
+        leaves = _expanded_leaves(arrays["leaf_answer"], decode_array(fields["leaf_model"], "f"), candidates)
+        edge = {}.setdefault  # one int object per edge value
         split_start, split_m, split_leaf = arrays["split_start"], arrays["split_m"], arrays["split_leaf"]
+        split_m = list(map(edge, split_m, split_m))
         splits = [[split_m[a:b], [leaves[i] for i in split_leaf[a:b]]] for a, b in zip(split_start, split_start[1:])]
         # cell_ref: a leaf's number, or -(s + 1) for split s, which the reversed splits after the leaves hold
         cells = list(map((leaves + splits[::-1]).__getitem__, arrays["cell_ref"]))
-        band_start, n_edges = arrays["band_start"], arrays["n_edges"]
-        self.m_edges = arrays["m_edges"]
-        self.bands = [(n_edges[a:b], cells[a:b]) for a, b in zip(band_start, band_start[1:])]
+        band_start, n_edges, m_edges = arrays["band_start"], arrays["n_edges"], arrays["m_edges"]
+        n_edges = list(map(edge, n_edges, n_edges))
+        self.m_edges = m_edges = list(map(edge, m_edges, m_edges))
+        ranges = list(zip(band_start, band_start[1:]))
+        band_edges = [n_edges[a:b] for a, b in ranges]
+        band_cells = [cells[a:b] for a, b in ranges]
+        for m, n, result in measured:
+            band = bisect_right(m_edges, m) - 1
+            m_hi = m_edges[band + 1] if band + 1 < len(m_edges) else None
+            _carve(band_edges[band], band_cells[band], m_edges[band], m_hi, edge(m, m), edge(n, n),
+                   (result[0], candidates[result[0]], result))
+        slices = {}.setdefault  # one (lo, hi) tuple per distinct slice
+        self.m_octaves = _octave_slices(m_edges, slices)
+        self.bands = [(edges, _octave_slices(edges, slices), cells) for edges, cells in zip(band_edges, band_cells)]
+        self.small_m_bands = small = [None] * SMALL_M  # m_edges[0] is 1: M = 0 has no band
+        for band, lo, hi in zip(self.bands, m_edges, [*m_edges[1:], SMALL_M]):
+            if lo >= SMALL_M:
+                break
+            small[lo:min(hi, SMALL_M)] = [band] * (min(hi, SMALL_M) - lo)
+
+
+def _expanded_leaves(leaf_answer: list[int], leaf_model: Sequence[float], candidates: list[int | None]) -> list[tuple]:
+    """The leaves as ``_Partition`` holds them: each (x0, y0, c0, c1, c2, c3) of ``leaf_model`` expanded to
+    (a, b, c, d); a NaN where c0 is NaN or where the leaf answers the fallback (no time)."""
+    x0s, y0s, c0s, c1s, c2s, c3s = (leaf_model[k::LEAF_MODEL] for k in range(LEAF_MODEL))
+    leaves = [(answer, candidates[answer], c0 - c1 * x0 - c2 * y0 + c3 * x0 * y0, c1 - c3 * y0, c2 - c3 * x0, c3)
+              for answer, x0, y0, c0, c1, c2, c3 in zip(leaf_answer, x0s, y0s, c0s, c1s, c2s, c3s)]
+    if None in candidates:  # a fallback's leaf has no time, whatever its model holds
+        leaves = [leaf if leaf[1] is not None else (leaf[0], None, _NAN, 0.0, 0.0, 0.0) for leaf in leaves]
+    return leaves
+
+
+def _carve(n_edges: list[int], cells: list, m_lo: int, m_hi: int | None, m: int, n: int, point: tuple) -> None:
+    """Give the measured point (m, n) its own cell in a band ([m_lo, m_hi), m_hi None: no upper edge; its
+    N edges and cells, changed in place): the cell holding n is cut at n and n + 1, and the piece
+    [n, n + 1) split along M with ``point`` over [m, m + 1) and the piece's former leaves around it."""
+    i = bisect_right(n_edges, n) - 1
+    cell = cells[i]
+    if n_edges[i] < n:
+        i += 1
+        n_edges.insert(i, n)
+        cells.insert(i, cell)
+    if i + 1 == len(n_edges) or n_edges[i + 1] > n + 1:
+        n_edges.insert(i + 1, n + 1)
+        cells.insert(i + 1, cell)
+    m_edges, leaves = (list(cell[0]), list(cell[1])) if type(cell) is list else ([m_lo], [cell])
+    j = bisect_right(m_edges, m) - 1
+    former = leaves[j]
+    if m_edges[j] < m:
+        j += 1
+        m_edges.insert(j, m)
+        leaves.insert(j, former)
+    leaves[j] = point
+    above = m_edges[j + 1] if j + 1 < len(m_edges) else m_hi
+    if above is None or above > m + 1:
+        m_edges.insert(j + 1, m + 1)
+        leaves.insert(j + 1, former)
+    cells[i] = [m_edges, leaves]
+
+
+def _octave_slices(edges: list[int], slices: Callable[[tuple, tuple], tuple]) -> list[tuple[int, int]]:
+    """Per bit length k < ``OCTAVES`` (a value v with 2**(k - 1) <= v < 2**k), the slice (lo, hi) of
+    ``edges`` (sorted lower edges, the first 1) in which ``bisect_right(edges, v, lo, hi)`` is
+    ``bisect_right(edges, v)``: every edge before lo is below 2**(k - 1) <= v, every edge from hi on at
+    least 2**k > v. A bisect then compares v with the few edges of its octave, not with log2(len(edges))
+    edges of the whole list. ``slices`` keeps one tuple per distinct slice."""
+    top = edges[-1].bit_length() + 1  # from there on, every edge is below v
+    below = [bisect_left(edges, 1 << k) for k in range(top)]  # below[k]: the edges under 2**k
+    past = (len(edges), len(edges))
+    return [(0, 0), *map(slices, zip(below, below[1:]), zip(below, below[1:]))] + \
+        [slices(past, past)] * (OCTAVES - top)
 
 
 def _leaf(partition: _Partition, m: int, n: int) -> tuple:
-    """The leaf of (m, n): bisect into the M band, its N cell, and the cell's M range where it has them."""
-    n_edges, cells = partition.bands[bisect_right(partition.m_edges, m) - 1]
-    leaf = cells[bisect_right(n_edges, n) - 1]
-    if type(leaf) is list:  # split along M
+    """The leaf of (m, n), m, n >= 1, a measured point's included:
+    the M band (by index for a small M, else a bisect over the slice of M's octave), its N cell (a
+    bisect over the slice of N's octave) and the cell's M range where it has them."""
+    if m < SMALL_M:
+        n_edges, n_octaves, cells = partition.small_m_bands[m]
+    else:
+        lo, hi = partition.m_octaves[m.bit_length()]
+        n_edges, n_octaves, cells = partition.bands[bisect_right(partition.m_edges, m, lo, hi) - 1]
+    lo, hi = n_octaves[n.bit_length()]
+    leaf = cells[bisect_right(n_edges, n, lo, hi) - 1]
+    if type(leaf) is list:  # split along M (or a measured point's cell)
         leaf = leaf[1][bisect_right(leaf[0], m) - 1]
     return leaf
 
@@ -152,9 +250,12 @@ class DispatchTable(TableFields):
         everyone = frozenset(range(len(self.candidates)))
         self.views = {everyone - frozenset(view["excluded"]): number for number, view in enumerate(index["views"])}
         self.answers = [tuple(answer) for answer in index["answers"]]
-        self._copy_rate = index.get("copy_rate") or 0.0
-        # per view, n -> m -> (answer, predicted_us, exact), as ``locate`` returns it: by N first, as a
-        # shape's N is seldom a measured one, and an int's hash costs less than an (m, n) tuple's
+        copy_rate = index.get("copy_rate") or 0.0
+        # the rule's floor on a modelled time, 2 m n / copy_rate (the shape's elements read and written at
+        # the copy's best rate), as log2 m + log2 n + this; -inf: no floor
+        self._log2_floor = log2(2.0 / copy_rate) if copy_rate else -float("inf")
+        # per view, n -> m -> (answer, predicted_us, exact), as ``locate`` returns it: what the decoded
+        # partitions' measured cells hold, and ``locate``'s answer while a partition is not yet decoded
         self._exact: list[dict[int, dict[int, tuple[int, float | None, bool]]]] = [{} for _ in index["views"]]
         for by_n, points in zip(self._exact, index["exact"]):
             for m, n, answer, time, exact in points:
@@ -172,19 +273,24 @@ class DispatchTable(TableFields):
         """(answer: an index into ``answers``, predicted_us or None, exact) for (m, n), m >= 1: the
         index's whole work for a shape, without the answer's fields (``answer`` reads them; the
         embedded lookup keeps them per answer, made once)."""
-        measured = self._exact[view].get(n)
-        if measured is not None and m in measured:
-            return measured[m]
-        odd = n & 7 != 0
-        partition = self._partitions[view][odd] or self._decode(view, odd)
-        answer, _, x0, y0, c0, c1, c2, c3 = _leaf(partition, m, n)
-        if c0 != c0:  # NaN: the rule gave no time here (or the leaf answers the fallback)
+        odd = 1 if n & 7 else 0
+        partition = self._partitions[view][odd]
+        if partition is None:  # not decoded yet: a measured point answers without decoding it
+            measured = self._exact[view].get(n)
+            if measured is not None and m in measured:
+                return measured[m]
+            partition = self._decode(view, odd)
+        leaf = _leaf(partition, m, n)
+        if len(leaf) == 3:  # a measured point: as measured
+            return leaf[2]
+        answer, _, a, b, c, d = leaf
+        if a != a:  # NaN: the rule gave no time here (or the leaf answers the fallback)
             return answer, None, False
-        dx = log2(m) - x0  # m, n >= 1: log2 1 is 0.0, as the fit's model reads it
-        dy = log2(n) - y0
-        time = 2.0 ** (c0 + c1 * dx + c2 * dy + c3 * dx * dy)
-        floor = 2 * m * n / self._copy_rate if self._copy_rate else 0.0
-        return answer, time if time > floor else floor, False
+        x = log2(m)  # m, n >= 1: log2 1 is 0.0, as the fit's model reads it
+        y = log2(n)
+        time = a + b * x + (c + d * x) * y
+        floor = x + y + self._log2_floor  # the rule's floor, 2 m n / copy_rate, in log2
+        return answer, 2.0 ** (time if time > floor else floor), False
 
     def answer(self, m: int, n: int, view: int = 0) -> tuple[int | None, float | None, bool, str, str]:
         """(candidate or None for the fallback, predicted_us, exact, rule, reason) for (m, n), m >= 1;
@@ -194,13 +300,15 @@ class DispatchTable(TableFields):
         return candidate, time, exact, rule, reason.format(m=m, n=n) if reason else ""
 
     def pick(self, m: int, n: int, view: int = 0) -> int | None:
-        """``answer(m, n, view)``'s candidate alone (None: the fallback), m >= 1: the same probe and
-        bisects, without the time model and the reason (the runtime's new-shape path needs neither)."""
-        measured = self._exact[view].get(n)
-        if measured is not None and m in measured:
-            return self.answers[measured[m][0]][0]
-        odd = n & 7 != 0
-        partition = self._partitions[view][odd] or self._decode(view, odd)
+        """``answer(m, n, view)``'s candidate alone (None: the fallback), m >= 1: the same walk, without
+        the time model and the reason (the runtime's new-shape path needs neither)."""
+        odd = 1 if n & 7 else 0
+        partition = self._partitions[view][odd]
+        if partition is None:  # as in locate
+            measured = self._exact[view].get(n)
+            if measured is not None and m in measured:
+                return self.answers[measured[m][0]][0]
+            partition = self._decode(view, odd)
         return _leaf(partition, m, n)[1]
 
     def lookup(self, m: int, n: int) -> Pick | None:
@@ -226,8 +334,10 @@ class DispatchTable(TableFields):
             partitions.append(tuple(values.tobytes() for values in arrays))  # native byte order, as C reads them
         return exact.tobytes(), tuple(partitions)
 
-    def _decode(self, view: int, odd: bool) -> _Partition:
-        partition = self._partitions[view][odd] = _Partition(self._encoded[view][odd], self.answers)
+    def _decode(self, view: int, odd: int) -> _Partition:
+        measured = [(m, n, result) for n, by_m in self._exact[view].items() if (1 if n & 7 else 0) == odd
+                    for m, result in by_m.items()]
+        partition = self._partitions[view][odd] = _Partition(self._encoded[view][odd], self.answers, measured)
         return partition
 
 

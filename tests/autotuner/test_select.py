@@ -134,6 +134,34 @@ def test_select_kernel_answers_from_the_default_store_and_its_cache(monkeypatch)
     assert select.select_kernel(4096, 1024, "bf16", gpu="h100") is first  # the inlined warm path
 
 
+def test_select_kernels_inlined_new_shape_path_answers_as_the_readers_choice(monkeypatch):
+    """``select_kernel`` answers a new shape with ``TableReader.choice`` inlined: the same choices as the
+    reader's, field by field and type, at measured points and 3000 log-uniform shapes of shipped tables."""
+    import random
+
+    from autotuner.lookup import select
+
+    shipped = TableStore()
+    select.add_shipped_tables(shipped)
+    rng = random.Random(11)
+    shapes = [(max(1, int(2 ** rng.uniform(0, 20))), max(1, int(2 ** rng.uniform(0, 24)))) for _ in range(3000)]
+    sources = set()
+    # the a100's table is a predicted one; the hand-made table answers the fallback and its model too
+    for store, gpu, dtype in ((shipped, "h100", "bf16"), (shipped, "h100", "fp32"), (shipped, "a100", "fp16"),
+                              (store_with("h100"), "h100", "bf16")):
+        monkeypatch.setattr(select, "_default_store", store)
+        select.select_kernel(3, 8, dtype, gpu)  # the spelling's first lookup: its reader is kept
+        reader = store._spelled[(dtype, gpu, "cold")]
+        measured = [(m, n) for m, n, *_ in reader.table.document["index"]["exact"][reader.view]][:200]
+        for m, n in measured + shapes:
+            store._cache.clear()  # every lookup a new shape
+            inlined, plain = select.select_kernel(m, n, dtype, gpu), reader.choice(m, n)
+            assert type(inlined) is KernelChoice and inlined == plain
+            assert list(inlined._asdict().items()) == list(plain._asdict().items()), (gpu, dtype, m, n)
+            sources.add(inlined.source)
+    assert {"table", "model", "fallback"} <= sources
+
+
 def test_shipped_tables_are_read_on_their_first_use():
     """The default store parses a shipped file when its (gpu, dtype, method) is first asked for, so a
     process that looks up one GPU and dtype reads one file at start-up, not all of them."""
