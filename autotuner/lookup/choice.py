@@ -74,8 +74,7 @@ class TableReader:
 
     def choice(self, m: int, n: int) -> KernelChoice:
         """The answer for (m, n), m >= 1 (``KernelChoice(...)`` made without the keyword handling of
-        the generated ``__new__``: tests/autotuner/test_select.py checks that the two agree, and that
-        ``select_kernel``, which inlines this method for a new shape, answers as it does)."""
+        the generated ``__new__``: tests/autotuner/test_select.py checks that the two agree)."""
         answer, predicted_us, exact = self.table.locate(m, n, self.view)
         fields = self.fields[answer]
         if fields is None:

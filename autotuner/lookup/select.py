@@ -30,7 +30,7 @@ from pathlib import Path
 from autotuner.domain import MAX_DIM
 from autotuner.lookup.gpu import current_gpu_key, validate_gpu_key
 from autotuner.lookup.gpu_models import GPU_MODELS, donor_order, gpu_spec, same_specs
-from autotuner.lookup.choice import FALLBACK_VARIANT, KernelChoice, TableReader, _new_tuple
+from autotuner.lookup.choice import FALLBACK_VARIANT, KernelChoice, TableReader
 from autotuner.lookup.table import DispatchTable, TableFormatError
 from kernels.dtypes import DTYPE_ALIASES, normalize_dtype
 
@@ -397,15 +397,7 @@ def select_kernel(m: int, n: int, dtype: str, gpu: str | None = None, *, timing_
     reader = store._spelled.get((dtype, gpu or "", timing_method))
     if reader is None or type(m) is not int or type(n) is not int or not (0 < m <= MAX_DIM and 0 < n <= MAX_DIM):
         return store._first(key, m, n, dtype, gpu, timing_method)
-    # with TableReader.choice inlined (its call would cost about 3% of a new shape's lookup;
-    # tests/autotuner/test_select.py holds the two to the same answers)
-    answer, predicted_us, exact = reader.table.locate(m, n, reader.view)
-    fields = reader.fields[answer]
-    if fields is None:
-        choice = reader._fallback(m, n, answer, predicted_us)
-    else:
-        choice = _new_tuple(KernelChoice, (fields[0], fields[1], predicted_us, reader.gpu, reader.dtype, fields[2],
-                                           exact, ""))
+    choice = reader.choice(m, n)
     if len(cache) >= store._cache_limit:
         cache.clear()
     cache[key] = choice

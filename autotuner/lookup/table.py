@@ -167,31 +167,31 @@ def _expanded_leaves(leaf_answer: list[int], leaf_model: Sequence[float], candid
     return leaves
 
 
+def _isolate(edges: list[int], items: list, value: int, upper: int | None) -> int:
+    """Cut the piece holding ``value`` (``edges``: sorted lower edges, each item over [its edge, the
+    next edge or ``upper``), None: no upper edge; both changed in place) at ``value`` and ``value + 1``,
+    each side keeping the piece's item, so that [value, value + 1) is a piece of its own; its index."""
+    i = bisect_right(edges, value) - 1
+    item = items[i]
+    if edges[i] < value:
+        i += 1
+        edges.insert(i, value)
+        items.insert(i, item)
+    end = edges[i + 1] if i + 1 < len(edges) else upper
+    if end is None or end > value + 1:
+        edges.insert(i + 1, value + 1)
+        items.insert(i + 1, item)
+    return i
+
+
 def _carve(n_edges: list[int], cells: list, m_lo: int, m_hi: int | None, m: int, n: int, point: tuple) -> None:
     """Give the measured point (m, n) its own cell in a band ([m_lo, m_hi), m_hi None: no upper edge; its
     N edges and cells, changed in place): the cell holding n is cut at n and n + 1, and the piece
     [n, n + 1) split along M with ``point`` over [m, m + 1) and the piece's former leaves around it."""
-    i = bisect_right(n_edges, n) - 1
-    cell = cells[i]
-    if n_edges[i] < n:
-        i += 1
-        n_edges.insert(i, n)
-        cells.insert(i, cell)
-    if i + 1 == len(n_edges) or n_edges[i + 1] > n + 1:
-        n_edges.insert(i + 1, n + 1)
-        cells.insert(i + 1, cell)
+    i = _isolate(n_edges, cells, n, None)
+    cell = cells[i]  # a split cell is copied: the pieces beside it still hold the original
     m_edges, leaves = (list(cell[0]), list(cell[1])) if type(cell) is list else ([m_lo], [cell])
-    j = bisect_right(m_edges, m) - 1
-    former = leaves[j]
-    if m_edges[j] < m:
-        j += 1
-        m_edges.insert(j, m)
-        leaves.insert(j, former)
-    leaves[j] = point
-    above = m_edges[j + 1] if j + 1 < len(m_edges) else m_hi
-    if above is None or above > m + 1:
-        m_edges.insert(j + 1, m + 1)
-        leaves.insert(j + 1, former)
+    leaves[_isolate(m_edges, leaves, m, m_hi)] = point
     cells[i] = [m_edges, leaves]
 
 

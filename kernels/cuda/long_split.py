@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from kernels.base import KernelConfig, LaunchGeometry, NativeRule, Resources, RowSplit, split_for  # noqa: F401 - split_for re-exported
+from kernels.base import KernelConfig, LaunchGeometry, NativeRule, Resources, RowSplit
 from kernels.cuda import loader
 from kernels.cuda.common import CudaVariant
 from kernels.cuda.loader import CUDA_TYPE

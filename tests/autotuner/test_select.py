@@ -134,8 +134,8 @@ def test_select_kernel_answers_from_the_default_store_and_its_cache(monkeypatch)
     assert select.select_kernel(4096, 1024, "bf16", gpu="h100") is first  # the inlined warm path
 
 
-def test_select_kernels_inlined_new_shape_path_answers_as_the_readers_choice(monkeypatch):
-    """``select_kernel`` answers a new shape with ``TableReader.choice`` inlined: the same choices as the
+def test_select_kernels_new_shape_path_answers_as_the_readers_choice(monkeypatch):
+    """``select_kernel``'s short way for a new shape (its spelling's reader): the same choices as the
     reader's, field by field and type, at measured points and 3000 log-uniform shapes of shipped tables."""
     import random
 
@@ -155,10 +155,10 @@ def test_select_kernels_inlined_new_shape_path_answers_as_the_readers_choice(mon
         measured = [(m, n) for m, n, *_ in reader.table.document["index"]["exact"][reader.view]][:200]
         for m, n in measured + shapes:
             store._cache.clear()  # every lookup a new shape
-            inlined, plain = select.select_kernel(m, n, dtype, gpu), reader.choice(m, n)
-            assert type(inlined) is KernelChoice and inlined == plain
-            assert list(inlined._asdict().items()) == list(plain._asdict().items()), (gpu, dtype, m, n)
-            sources.add(inlined.source)
+            short, plain = select.select_kernel(m, n, dtype, gpu), reader.choice(m, n)
+            assert type(short) is KernelChoice and short == plain
+            assert list(short._asdict().items()) == list(plain._asdict().items()), (gpu, dtype, m, n)
+            sources.add(short.source)
     assert {"table", "model", "fallback"} <= sources
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import kernels
-from kernels.cuda.long_split import LongSplitCuda, split_for
+from kernels.base import split_for
+from kernels.cuda.long_split import LongSplitCuda
 from kernels.cuda.two_pass import MAX_GRID_X, MAX_ROW
 
 RESIDENT = 1056  # 8 blocks x 132 SMs

@@ -61,7 +61,7 @@ def test_long_rows_match_float64(n, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_rows_beyond_one_resident_wave_take_tickets(dtype):
     from kernels.cuda import loader
-    from kernels.cuda.long_split import split_for
+    from kernels.base import split_for
 
     variant = variant_or_skip()
     n = 2**19 + 1
