@@ -119,8 +119,8 @@ def build_for(variant_name: str, config: dict[str, Any], dtype: str, n: int | No
 
 def instance_for(device: int, m: int, n: int, dtype: str) -> Any:
     """The build of the kernel ``select_kernel`` picks for (m, n), m >= 1, on ``device``'s GPU: read
-    from the GPU's own table with ``DispatchTable.pick`` (the same index, without the answer's time
-    model, reason and cached ``KernelChoice``), each candidate's build kept in a list by candidate;
+    from the GPU's own table with ``DispatchTable.pick`` (the same index, without the answer's reason
+    and cached ``KernelChoice``), each candidate's build kept in a list by candidate;
     through ``select_kernel`` where the GPU has no own table (a donor's answer or the fallback)."""
     return _instance(device, m, n, dtype)[2]
 
@@ -182,6 +182,31 @@ def plan_for(device: int, dtype: str) -> Any:
     if module is None or picker is None or picker[2] is None:
         return None
     return _plan_of(picker, device, dtype, module)
+
+
+def teach_plan(device: int, dtype: str, candidate: int, rows: Any) -> bool:
+    """Launch the softmax of ``rows`` (2-D contiguous, on ``device``, the current one) with candidate
+    ``candidate`` of the GPU's own ``dtype`` table through the native module, as a first call whose
+    pick it is would, so that the plan learns the launch of N's class (warm-up: the first request of
+    that class then costs no Python; a rule whose shared memory grows with N widens the opt-in the
+    plan allows). True where the plan keeps a launch of a class it did not hold before; False where
+    it learned nothing new: no plan made (``plan_for``), a build without a native rule, a launch the
+    module refused, a class it held already."""
+    picker = _pickers.get((device, dtype))
+    if picker is None or picker[2] is None or picker[5] is None:
+        return False
+    build = picker[4][candidate]
+    if build is None:
+        chosen = picker[2].candidates[candidate]
+        build = picker[4][candidate] = _build_on(device, chosen["variant"], chosen["config"], dtype, rows.shape[1])
+    if native_rule(build) is None:
+        return False
+    module = _module_loaded or native_module()
+    if module is None:
+        return False
+    before = module.plan_stats(picker[5])["launches_kept"]
+    _launch_native(device, rows, build, rows.shape, picker, candidate)
+    return module.plan_stats(picker[5])["launches_kept"] > before
 
 
 def _build_on(device: int, variant: str, config: dict[str, Any], dtype: str, n: int) -> Any:
@@ -296,23 +321,35 @@ def _launch_python(rows: Any, build: Any) -> Any:
     return out
 
 
-def _validate(x: Any, dim: int) -> str:
+def _validate(x: Any, dim: Any) -> str | None:
+    """x's dtype name (None: a floating dtype no table is of, float64 among them: torch.softmax's), or
+    a clear error for what softmax cannot take."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"softmax expects a torch.Tensor, got {type(x).__name__}")
     dtype = _DTYPE_NAMES.get(x.dtype)
-    if dtype is None:
-        raise TypeError(f"softmax supports float32, float16 and bfloat16 tensors, got {x.dtype}")
+    if dtype is None and not x.dtype.is_floating_point:
+        raise TypeError(f"softmax takes floating-point tensors (float32, float16 and bfloat16 by the tuned kernels, "
+                        f"others by torch.softmax), got {x.dtype}")
     if x.dim() == 0:
         raise ValueError("softmax needs at least one dimension")
+    if type(dim) is not int and not (isinstance(dim, int) and not isinstance(dim, bool)):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
     if not -x.dim() <= dim < x.dim():
         raise IndexError(f"dim {dim} out of range for a {x.dim()}-D tensor")
     return dtype
 
 
+def _needs_autograd(x: Any) -> bool:
+    """Whether autograd would record a softmax of x (x requires grad, grad mode on): such a call is
+    torch.softmax's, which autograd differentiates; the tuned kernels serve inference."""
+    return x.requires_grad and torch.is_grad_enabled()
+
+
 def _softmax_impl(x: Any, dim: int) -> Any:
-    """The general path: validate, rows to 2-D contiguous, launch on the current stream."""
+    """The general path: validate, rows to 2-D contiguous, launch on the current stream (CPU tensors,
+    dtypes no table is of and calls autograd records: torch.softmax)."""
     dtype = _validate(x, dim)
-    if not x.is_cuda:
+    if dtype is None or not x.is_cuda or _needs_autograd(x):
         return torch.softmax(x, dim=dim)
     last = dim in (-1, x.dim() - 1)
     moved = x if last else x.movedim(dim, -1)
@@ -353,10 +390,15 @@ def _register_op() -> Any:
 _op = _register_op()
 
 
-def softmax(x: Any, dim: int = -1) -> Any:
-    """Softmax over ``dim`` with the dispatched kernel (torch.softmax for CPU tensors)."""
+def softmax(x: Any, dim: int = -1, dtype: Any = None) -> Any:
+    """Softmax over ``dim`` with the dispatched kernel, ``torch.softmax``'s arguments and results.
+    ``dtype``: x is cast to it first, as torch does. ``torch.softmax`` itself takes CPU tensors,
+    floating dtypes other than float32, float16 and bfloat16, and calls autograd records (x requires
+    grad, grad mode on), so gradients are torch's."""
+    if dtype is not None and isinstance(x, torch.Tensor):
+        x = x.to(dtype)
     if _is_compiling():
-        return _op(x, dim)
+        return torch.softmax(x, dim) if _needs_autograd(x) else _op(x, dim)
     # eager: the native module's dispatch (2-D contiguous rows over the last dim whose device and dtype
     # have a plan: picked and launched in one C call), else a repeated shape's kept launch, without
     # the custom-op dispatcher's per-call cost
@@ -368,7 +410,7 @@ def softmax(x: Any, dim: int = -1) -> Any:
             got = None
         if got is not None and type(got) is not int:
             return got
-    if type(x) is _Tensor and (dim == -1 or dim == 1):
+    if type(x) is _Tensor and (dim == -1 or dim == 1) and not _needs_autograd(x):
         shape = x.shape
         if len(shape) == 2 and x.is_contiguous():
             device = x.get_device()

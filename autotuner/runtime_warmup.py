@@ -8,16 +8,21 @@ N range, N aligned to 16 elements or not), and the native launch module is built
 caches, the native module's folder), so the next process finds it there. Last, the tables' decision
 indexes are read as ``softmax()`` and ``select_kernel`` read them (``_read_indexes``): a table's
 index is decoded on first use, about 10 ms, which the first request of each dtype would pay; so
-is the native plan made from it, where the native module is loaded.
+is the native plan made from it, where the native module is loaded. Last, each instance is launched
+once per class of N its native rule tells apart (a Triton bucket; one N for a CUDA rule) through
+that plan (``runtime.teach_plan``), so the plan knows the launch before a request needs it: a
+first call of a class would otherwise take the Python path to teach it (tens of microseconds).
 """
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
 
+from autotuner.domain import MAX_DIM
 from kernels.base import next_power_of_two
 
 TRITON_N_CAP = 1 << 17  # a Triton config without an N limit is specialised per alignment only: probe up to here
+PROBE_N_CAP = 1 << 22  # the longest row another build is taught with (8-16 MB): longer ones take no more shared memory
 Progress = Callable[[int, int, str], None]  # (done, total, what was just done)
 
 
@@ -34,8 +39,8 @@ def _bucket_probes(n_min: int, n_max: int) -> list[int]:
     return sorted(n for n in probes if n >= 1)
 
 
-def _candidates(gpu: str, dtype: str) -> list[tuple[str, dict[str, Any], dict[str, int]]]:
-    """(variant, config, constraints) of every candidate of ``gpu``'s ``dtype`` table that it runs."""
+def _candidates(gpu: str, dtype: str) -> list[tuple[int, str, dict[str, Any], dict[str, int]]]:
+    """(index, variant, config, constraints) of every candidate of ``gpu``'s ``dtype`` table that it runs."""
     from autotuner.lookup.gpu_models import gpu_spec, runnable_candidates
     from autotuner.lookup.select import default_store
 
@@ -44,7 +49,7 @@ def _candidates(gpu: str, dtype: str) -> list[tuple[str, dict[str, Any], dict[st
         return []
     spec = gpu_spec(gpu)
     runnable = runnable_candidates(table.candidates, table.gpu, spec) if spec else range(len(table.candidates))
-    return [(table.candidates[i]["variant"], dict(table.candidates[i]["config"]),
+    return [(i, table.candidates[i]["variant"], dict(table.candidates[i]["config"]),
              dict(table.candidates[i].get("constraints", {}))) for i in sorted(runnable)]
 
 
@@ -62,23 +67,44 @@ def _read_indexes(device: int, gpu: str, dtypes: tuple[str, ...]) -> None:
         runtime.plan_for(device, dtype)
 
 
-def _warm_instance(variant: str, config: dict[str, Any], limits: dict[str, int], dtype: str) -> int:
-    """Build one instance (and launch it once per Triton bucket); the launches issued."""
+def _probes(backend: str, limits: dict[str, int]) -> list[int]:
+    """Row lengths that reach every class of N a build of ``backend`` ("triton" or another) within
+    ``limits`` compiles or launches apart: a Triton build's buckets; for the others (one class) the
+    shortest and the longest row, up to ``PROBE_N_CAP``, each a multiple of 16 where the range has one
+    (every kernel takes it: vector loads need no tail): a rule whose shared memory grows with N then
+    has its largest opt-in taught, which serves every shorter row."""
+    n_min, n_max = max(1, limits.get("n_min", 1)), limits.get("n_max", MAX_DIM)
+    if backend == "triton":
+        return _bucket_probes(n_min, min(n_max, TRITON_N_CAP))
+    shortest = -(-n_min // 16) * 16
+    longest = min(n_max, max(PROBE_N_CAP, n_min))
+    longest -= longest % 16 if longest - longest % 16 >= n_min else 0
+    return sorted({shortest if shortest <= n_max else n_max, longest})
+
+
+def _warm_instance(device: int, candidate: int | None, variant: str, config: dict[str, Any], limits: dict[str, int],
+                   dtype: str) -> tuple[int, int]:
+    """Build one instance and launch it once per class of N (``_probes``): a Triton build through
+    its own launch first (which compiles the bucket), then, where ``candidate`` (its number in the
+    device's own table) is given, through the device's plan, which learns the launch. (Triton
+    buckets launched, launches the plan learned.)"""
     import torch
 
     from autotuner import runtime
     from kernels import get_variant
     from kernels.reference import random_input
 
-    n_min = max(1, limits.get("n_min", 1))
-    build = runtime.build_for(variant, config, dtype, n_min)
-    if get_variant(variant).backend != "triton":
-        return 0
-    probes = _bucket_probes(n_min, min(limits.get("n_max", TRITON_N_CAP), TRITON_N_CAP))
+    build = runtime.build_for(variant, config, dtype, max(1, limits.get("n_min", 1)))
+    triton = get_variant(variant).backend == "triton"
+    probes = _probes("triton" if triton else "other", limits)
+    taught = 0
     for n in probes:
         x = random_input(1, n, dtype)
-        build.launch(x, torch.empty_like(x))
-    return len(probes)
+        if triton:
+            build.launch(x, torch.empty_like(x))
+        if candidate is not None:
+            taught += runtime.teach_plan(device, dtype, candidate, x)
+    return (len(probes) if triton else 0), taught
 
 
 def warmup(gpu: str | None = None, dtypes: tuple[str, ...] = ("fp32", "fp16", "bf16"),
@@ -105,24 +131,29 @@ def warmup(gpu: str | None = None, dtypes: tuple[str, ...] = ("fp32", "fp16", "b
         except native_loader.NativeBuildError as exc:
             report["native"] = {"ok": False, "error": str(exc)[-2000:]}
         report["native"]["seconds"] = round(time.perf_counter() - native_started, 2)
+    device = torch.cuda.current_device()
+    indexes_started = time.perf_counter()
+    _read_indexes(device, gpu, dtypes)  # first: the plans the launches below are taught to
+    report["index_seconds"] = round(time.perf_counter() - indexes_started, 3)
+    own = gpu == runtime._gpu_key(device)  # another GPU's tables: compiled, not taught to this device's plans
     work = [(dtype, *candidate) for dtype in dtypes for candidate in _candidates(gpu, dtype)]
     for dtype in dtypes:
-        report["dtypes"][dtype] = {"instances": 0, "triton_launches": 0, "failed": [], "seconds": 0.0}
-    for done, (dtype, variant, config, limits) in enumerate(work, 1):
+        report["dtypes"][dtype] = {"instances": 0, "triton_launches": 0, "plan_launches_taught": 0, "failed": [],
+                                   "seconds": 0.0}
+    for done, (dtype, index, variant, config, limits) in enumerate(work, 1):
         entry = report["dtypes"][dtype]
         item_started = time.perf_counter()
         label = f"{dtype} {variant} {','.join(f'{k}={v}' for k, v in config.items())}"
         try:
-            entry["triton_launches"] += _warm_instance(variant, config, limits, dtype)
+            launched, taught = _warm_instance(device, index if own else None, variant, config, limits, dtype)
+            entry["triton_launches"] += launched
+            entry["plan_launches_taught"] += taught
             entry["instances"] += 1
         except Exception as exc:  # noqa: BLE001 - one candidate that fails to build must not stop the rest
             entry["failed"].append(f"{label}: {type(exc).__name__}: {exc}")
         entry["seconds"] = round(entry["seconds"] + time.perf_counter() - item_started, 2)
         if progress is not None:
             progress(done, len(work), label)
-    indexes_started = time.perf_counter()
-    _read_indexes(torch.cuda.current_device(), gpu, dtypes)
-    report["index_seconds"] = round(time.perf_counter() - indexes_started, 3)
     torch.cuda.synchronize()
     report["seconds"] = round(time.perf_counter() - started, 2)
     return report

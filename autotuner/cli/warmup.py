@@ -16,7 +16,8 @@ def warmup(
     no_native: Annotated[bool, typer.Option("--no-native", help="Do not build the native launch module.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Compile every kernel instance softmax() can pick on this GPU, and the native launch module."""
+    """Compile every kernel instance softmax() can pick on this GPU and the native launch module, and
+    teach the native plans each instance's launches."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from autotuner import warmup as warm
@@ -45,8 +46,8 @@ def warmup(
         out.print(f"native launch module: {status}, {native['seconds']} s", highlight=False)
     for name, entry in report["dtypes"].items():
         out.print(f"{report['gpu']} {name}: {entry['instances']} kernel instances, {entry['triton_launches']} Triton "
-                  f"buckets, {entry['seconds']} s" + (f", {len(entry['failed'])} failed" if entry["failed"] else ""),
-                  highlight=False)
+                  f"buckets, {entry['plan_launches_taught']} launches taught to the native plan, {entry['seconds']} s"
+                  + (f", {len(entry['failed'])} failed" if entry["failed"] else ""), highlight=False)
         for failure in entry["failed"]:
             console.print(f"  [yellow]failed:[/yellow] {failure}", highlight=False)
     out.print(f"warm-up took {report['seconds']} s", highlight=False)

@@ -82,10 +82,10 @@ class TableStore:
     def __init__(self, tables: Iterable[DispatchTable] = (), *, cache_limit: int | None = None):
         self._tables: dict[tuple[str, str, str], DispatchTable] = {}
         self._pending: dict[tuple[str, str, str], Callable[[], DispatchTable | None]] = {}
-        self._cache: dict[tuple[int, int, str, str, str], KernelChoice] = {}
+        self._cache: dict[tuple[int, int, Any, str | None, str], KernelChoice] = {}
         # (table, gpu, source: None for the GPU's own table) -> the table's answers on that GPU
         self._readers: dict[tuple[DispatchTable, str, str | None], TableReader] = {}
-        # a caller's (dtype, gpu or "", method) as spelled -> its GPU's own table's reader: a new shape's
+        # a caller's (dtype, gpu or None, method) as spelled -> its GPU's own table's reader: a new shape's
         # path, no name normalised again (at most SPELLINGS_KEPT; another spelling takes the long way)
         self._spelled: dict[tuple[Any, str, str], TableReader] = {}
         # Each cached answer is a few garbage-collected objects; a process that caches answers
@@ -157,7 +157,7 @@ class TableStore:
 
     def select(self, m: int, n: int, dtype: str, gpu: str | None = None, method: str = DEFAULT_METHOD,
                *, allow_fallback: bool = True) -> KernelChoice:
-        key = (m, n, dtype, gpu or "", method)
+        key = (m, n, dtype, gpu, method)  # as spelled: None and "" are two keys of the current GPU
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -184,7 +184,7 @@ class TableStore:
         """``select``'s answer for ``key`` (its arguments), not cached: answered, then cached. Where
         the spelling of (dtype, gpu, method) has met the GPU's own table, that table's reader answers
         a shape of plain ints at once; anything else takes the long way (checks, names, fallbacks)."""
-        reader = self._spelled.get((dtype, gpu or "", method))
+        reader = self._spelled.get((dtype, gpu, method))
         if reader is not None and type(m) is int and type(n) is int and 0 < m <= MAX_DIM and 0 < n <= MAX_DIM:
             return self._keep(key, reader.choice(m, n))
         return self._keep(key, self._select_uncached(m, n, dtype, gpu, method, allow_fallback))
@@ -205,7 +205,7 @@ class TableStore:
             if len(self._spelled) < SPELLINGS_KEPT:
                 with self._lock:  # a table replaced meanwhile must not answer there
                     if self._tables.get(own.key) is own:
-                        self._spelled[(dtype_name, gpu or "", method)] = reader
+                        self._spelled[(dtype_name, gpu, method)] = reader
             return reader.choice(m, n)
         return self._choose(m, n, dtype, gpu_key, method, allow_fallback)
 
@@ -388,13 +388,13 @@ def select_kernel(m: int, n: int, dtype: str, gpu: str | None = None, *, timing_
     (default: the current device's model). Never raises for a valid shape: see the fallbacks above."""
     # the warm path inlined (one dict probe): TableStore.select's cache, keyed as it keys it
     store = _default_store or default_store()
-    key = (m, n, dtype, gpu or "", timing_method)
+    key = (m, n, dtype, gpu, timing_method)
     cache = store._cache
     hit = cache.get(key)
     if hit is not None:
         return hit
     # and TableStore._first's short way for a new shape, inlined
-    reader = store._spelled.get((dtype, gpu or "", timing_method))
+    reader = store._spelled.get((dtype, gpu, timing_method))
     if reader is None or type(m) is not int or type(n) is not int or not (0 < m <= MAX_DIM and 0 < n <= MAX_DIM):
         return store._first(key, m, n, dtype, gpu, timing_method)
     choice = reader.choice(m, n)

@@ -208,22 +208,6 @@ def _octave_slices(edges: list[int], slices: Callable[[tuple, tuple], tuple]) ->
         [slices(past, past)] * (OCTAVES - top)
 
 
-def _leaf(partition: _Partition, m: int, n: int) -> tuple:
-    """The leaf of (m, n), m, n >= 1, a measured point's included:
-    the M band (by index for a small M, else a bisect over the slice of M's octave), its N cell (a
-    bisect over the slice of N's octave) and the cell's M range where it has them."""
-    if m < SMALL_M:
-        n_edges, n_octaves, cells = partition.small_m_bands[m]
-    else:
-        lo, hi = partition.m_octaves[m.bit_length()]
-        n_edges, n_octaves, cells = partition.bands[bisect_right(partition.m_edges, m, lo, hi) - 1]
-    lo, hi = n_octaves[n.bit_length()]
-    leaf = cells[bisect_right(n_edges, n, lo, hi) - 1]
-    if type(leaf) is list:  # split along M (or a measured point's cell)
-        leaf = leaf[1][bisect_right(leaf[0], m) - 1]
-    return leaf
-
-
 class TableFields:
     """A validated table document's fields, as both the lookup's table and the fit's rule
     (``autotuner/fit/rule.py``) read them."""
@@ -272,17 +256,27 @@ class DispatchTable(TableFields):
     def locate(self, m: int, n: int, view: int = 0) -> tuple[int, float | None, bool]:
         """(answer: an index into ``answers``, predicted_us or None, exact) for (m, n), m >= 1: the
         index's whole work for a shape, without the answer's fields (``answer`` reads them; the
-        embedded lookup keeps them per answer, made once)."""
-        odd = 1 if n & 7 else 0
-        partition = self._partitions[view][odd]
+        embedded lookup keeps them per answer, made once). The one walk of a decoded partition: the M
+        band (by index for an M below ``SMALL_M``, else a bisect over the slice of M's octave), its N
+        cell (a bisect over the slice of N's octave), the cell's M range where it has them; then the
+        leaf's time model (one function, no calls of its own: this is a new shape's lookup)."""
+        partition = self._partitions[view][1 if n & 7 else 0]
         if partition is None:  # not decoded yet: a measured point answers without decoding it
             measured = self._exact[view].get(n)
             if measured is not None and m in measured:
                 return measured[m]
-            partition = self._decode(view, odd)
-        leaf = _leaf(partition, m, n)
-        if len(leaf) == 3:  # a measured point: as measured
-            return leaf[2]
+            partition = self._decode(view, 1 if n & 7 else 0)
+        if m < SMALL_M:
+            n_edges, n_octaves, cells = partition.small_m_bands[m]
+        else:
+            lo, hi = partition.m_octaves[m.bit_length()]
+            n_edges, n_octaves, cells = partition.bands[bisect_right(partition.m_edges, m, lo, hi) - 1]
+        lo, hi = n_octaves[n.bit_length()]
+        leaf = cells[bisect_right(n_edges, n, lo, hi) - 1]
+        if type(leaf) is list:  # split along M (or a measured point's cell)
+            leaf = leaf[1][bisect_right(leaf[0], m) - 1]
+            if len(leaf) == 3:  # a measured point: as measured
+                return leaf[2]
         answer, _, a, b, c, d = leaf
         if a != a:  # NaN: the rule gave no time here (or the leaf answers the fallback)
             return answer, None, False
@@ -300,16 +294,8 @@ class DispatchTable(TableFields):
         return candidate, time, exact, rule, reason.format(m=m, n=n) if reason else ""
 
     def pick(self, m: int, n: int, view: int = 0) -> int | None:
-        """``answer(m, n, view)``'s candidate alone (None: the fallback), m >= 1: the same walk, without
-        the time model and the reason (the runtime's new-shape path needs neither)."""
-        odd = 1 if n & 7 else 0
-        partition = self._partitions[view][odd]
-        if partition is None:  # as in locate
-            measured = self._exact[view].get(n)
-            if measured is not None and m in measured:
-                return self.answers[measured[m][0]][0]
-            partition = self._decode(view, odd)
-        return _leaf(partition, m, n)[1]
+        """``answer(m, n, view)``'s candidate alone (None: the fallback), m >= 1."""
+        return self.answers[self.locate(m, n, view)[0]][0]
 
     def lookup(self, m: int, n: int) -> Pick | None:
         """The index's pick for (m, n) among every candidate, or None where it answers the fallback."""

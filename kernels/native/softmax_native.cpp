@@ -24,6 +24,7 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 namespace {
@@ -813,8 +814,9 @@ PyObject* dispatch_route(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 // dispatch(x, dim) -> the softmax of x by its route's plan, the candidate that plan picked (an int)
 // where it does not launch it itself, or None where x takes no route: not a plain Tensor, dim not the
-// last of 2 (-1 or 1), rows not contiguous, M or N = 0, no route for its device and dtype, the
-// tables changed since, or its device not the current one.
+// last of 2 (-1 or 1), rows not contiguous, M or N = 0, a call autograd would record (x requires grad,
+// grad mode on), no route for its device and dtype, the tables changed since, or its device not the
+// current one.
 PyObject* dispatch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 2) {
     PyErr_SetString(PyExc_TypeError, "dispatch(x, dim)");
@@ -828,6 +830,7 @@ PyObject* dispatch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (dim == -1 && PyErr_Occurred()) return nullptr;
   const at::Tensor& x = THPVariable_Unpack(args[0]);
   if ((dim != -1 && dim != 1) || x.dim() != 2 || !x.is_contiguous() || x.size(0) < 1 || x.size(1) < 1) Py_RETURN_NONE;
+  if (x.requires_grad() && c10::GradMode::is_enabled()) Py_RETURN_NONE;  // autograd records it: torch.softmax's
   int index = dtype_index(x.scalar_type());
   int64_t device = x.get_device();
   if (index < 0 || device + 1 >= static_cast<int64_t>(dispatching.routes.size())) Py_RETURN_NONE;

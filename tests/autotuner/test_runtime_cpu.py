@@ -20,7 +20,9 @@ def test_cpu_tensors_get_torch_softmax(shape, dim):
 
 @pytest.mark.parametrize("value, dim, error, words", [
     ([1.0, 2.0], -1, TypeError, "torch.Tensor"),
-    (torch.ones(3, dtype=torch.int32), -1, TypeError, "float32, float16 and bfloat16"),
+    (torch.ones(3, dtype=torch.int32), -1, TypeError, "floating-point tensors"),
+    (torch.ones(2, 3), None, TypeError, "dim must be an int, got NoneType"),
+    (torch.ones(2, 3), 1.0, TypeError, "dim must be an int, got float"),
     (torch.tensor(1.0), -1, ValueError, "at least one dimension"),
     (torch.ones(2, 3), 2, IndexError, "dim 2 out of range"),
     (torch.ones(2, 3), -3, IndexError, "dim -3 out of range"),
@@ -63,6 +65,33 @@ def planted(fake_cuda, monkeypatch):
     """A kept native launch for (2, 3) fp32 rows on device -1."""
     monkeypatch.setitem(runtime._recent, (-1, (2, 3), torch.float32), (("planted",), None, -1, -1))
     return fake_cuda
+
+
+@pytest.mark.parametrize("shape, dim", [((3, 5), -1), ((2, 3, 4), 1)])
+def test_float64_and_a_dtype_argument_are_torchs(shape, dim):
+    x = torch.randn(shape, dtype=torch.float64)
+    assert torch.equal(runtime.softmax(x, dim), torch.softmax(x, dim))
+    half = torch.randn(shape).half()
+    for dtype in (torch.float32, torch.float64):
+        got = runtime.softmax(half, dim, dtype=dtype)
+        assert got.dtype == dtype and torch.equal(got, torch.softmax(half, dim, dtype=dtype))
+    assert torch.equal(runtime.softmax(half, dim=dim, dtype=torch.float16), torch.softmax(half, dim))
+
+
+def test_a_call_autograd_records_is_torchs_and_its_gradient_torchs(planted):
+    """x requires grad with grad mode on: torch.softmax (a kept launch of the shape is not used), so
+    backward gives torch's gradient; under no_grad the same x takes the kept launch."""
+    x = torch.randn(2, 3, requires_grad=True)
+    weights = torch.randn(2, 3)
+    y = runtime.softmax(x)
+    assert y.grad_fn is not None and planted.module.runs == []
+    (y * weights).sum().backward()
+    reference = x.detach().clone().requires_grad_()
+    (torch.softmax(reference, -1) * weights).sum().backward()
+    assert torch.allclose(x.grad, reference.grad)
+    with torch.no_grad():
+        assert torch.equal(runtime.softmax(x), torch.full((2, 3), 7.0))
+    assert len(planted.module.runs) == 1
 
 
 def test_fast_path_takes_2d_contiguous_rows_over_the_last_dim(planted):

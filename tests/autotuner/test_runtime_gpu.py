@@ -38,6 +38,47 @@ def test_softmax_inside_torch_compile():
     assert torch.allclose(compiled(x).double(), expected, atol=2e-2)
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_a_call_autograd_records_gives_torchs_gradient_eagerly_and_compiled(dtype):
+    """x requiring grad with grad mode on: torch.softmax (no plan launches it), gradients torch's, in
+    eager mode and through torch.compile(fullgraph=True); under no_grad the same x takes a kernel."""
+    import torch
+
+    from autotuner import runtime, softmax
+
+    x = random_input(6, 3001, dtype).requires_grad_()
+    weights = torch.randn(6, 3001, device="cuda", dtype=x.dtype)
+    reference = x.detach().clone().requires_grad_()
+    (torch.softmax(reference, -1) * weights).float().sum().backward()
+    for run in (softmax, torch.compile(lambda t: softmax(t), fullgraph=True)):
+        x.grad = None
+        launched = runtime.plan_stats()["launches"]
+        y = run(x)
+        assert y.grad_fn is not None and runtime.plan_stats()["launches"] == launched
+        (y * weights).float().sum().backward()
+        if run is softmax:  # torch.softmax's own backward, bit for bit
+            assert torch.equal(x.grad, reference.grad)
+        else:  # inductor's fused backward of the same formula
+            assert torch.allclose(x.grad.float(), reference.grad.float(), rtol=2e-2, atol=1e-4)
+    with torch.no_grad():
+        result = check_softmax(softmax(x), x.detach(), dtype)
+    assert result.ok, result.message
+
+
+def test_float64_and_the_dtype_argument_match_torch():
+    import torch
+
+    from autotuner import softmax
+
+    x = random_input(5, 1000, "fp32").double()
+    assert torch.equal(softmax(x), torch.softmax(x, -1))
+    half = random_input(7, 4096, "fp16")
+    got = softmax(half, dtype=torch.float32)
+    assert got.dtype == torch.float32
+    result = check_softmax(got, half.float(), "fp32")
+    assert result.ok, result.message
+
+
 def test_softmax_captured_in_a_cuda_graph_replays_on_new_input():
     import torch
 
@@ -213,3 +254,86 @@ def test_out_of_memory_raises_torchs_error_and_keeps_the_native_path():
     assert not runtime._native_failed  # the module (where it is built) was not turned off
     assert runtime.native_module() is None or runtime._dispatch is not None
     assert check_softmax(softmax(x), x, "fp32").ok
+
+
+def test_a_small_decoder_model_through_softmax_gives_torchs_probabilities():
+    """A two-layer decoder (causal attention whose scores go through softmax with dtype=float32, as
+    Hugging Face models call it; an odd vocabulary of 50257 for sampling), decoding key lengths 29 to
+    40 (a new shape each step), batch 3, fp16: softmax as torch.softmax gives the same next-token
+    probabilities, under no_grad and inference_mode (the tuned kernels), with grad mode on and weights
+    that require grad (torch's, differentiable), and compiled with fullgraph=True."""
+    import math
+
+    import torch
+
+    from autotuner import softmax
+
+    torch.manual_seed(0)
+    vocab, width, heads, layers = 50257, 256, 4, 2
+    param = lambda *shape: torch.nn.Parameter(torch.randn(*shape, device="cuda", dtype=torch.float16) / math.sqrt(shape[0]))  # noqa: E731
+    embed, head = param(vocab, width), param(width, vocab)
+    weights = [[param(width, width) for _ in range(6)] for _ in range(layers)]
+
+    def model(tokens, soft):
+        h = embed[tokens] * math.sqrt(width)
+        batch, length, _ = h.shape
+        mask = torch.full((length, length), float("-inf"), device="cuda").triu(1)
+        for wq, wk, wv, wo, up, down in weights:
+            split = lambda t: t.view(batch, length, heads, -1).transpose(1, 2)  # noqa: E731
+            q, k, v = split(h @ wq), split(h @ wk), split(h @ wv)
+            scores = q @ k.transpose(-1, -2) / math.sqrt(width // heads) + mask
+            attended = soft(scores, dim=-1, dtype=torch.float32).to(h.dtype) @ v
+            h = h + attended.transpose(1, 2).reshape(batch, length, width) @ wo
+            h = h + torch.relu(h @ up) @ down
+        return soft(h[:, -1] @ head, dim=-1)  # the next token's probabilities, (batch, vocab)
+
+    tokens = torch.randint(0, vocab, (3, 40), device="cuda")
+    compiled = torch.compile(lambda t: model(t, softmax), fullgraph=True, dynamic=True)
+    for length in range(29, 41):
+        prefix = tokens[:, :length]
+        with torch.no_grad():
+            expected = model(prefix, torch.softmax).double()
+            got = model(prefix, softmax)
+        with torch.inference_mode():
+            inferred = model(prefix, softmax)
+        differentiable = model(prefix, softmax)
+        assert differentiable.grad_fn is not None
+        with torch.no_grad():
+            traced = compiled(prefix)
+        for probabilities in (got, inferred, differentiable, traced):
+            assert torch.allclose(probabilities.double(), expected, rtol=2e-2, atol=1e-5), length
+            assert torch.allclose(probabilities.double().sum(-1), torch.ones(3, dtype=torch.float64, device="cuda"), atol=1e-2)
+
+
+def test_after_warmup_the_plans_launch_every_new_shape_whose_pick_has_a_native_rule():
+    """Warm-up teaches the native plans each instance's launch per class of N (``runtime.teach_plan``),
+    so a first call of a class takes no Python path: over 400 new fp16 shapes log-uniform over the
+    domain (tensors up to 32 MB), the plan declines only picks without a native rule, and Triton's
+    N = 1 (an int argument of 1 is a constant to Triton: declined by design)."""
+    import random
+
+    from autotuner import runtime, warmup
+    from kernels.registry import native_rule
+
+    report = warmup(dtypes=("fp16",))
+    assert report["dtypes"]["fp16"]["plan_launches_taught"] > 0 and not report["dtypes"]["fp16"]["failed"], report
+    rng = random.Random(29)
+    shapes = set()
+    while len(shapes) < 400:
+        m, n = int(2 ** rng.uniform(0, 20)), int(2 ** rng.uniform(0, 24))
+        if m * n <= 16 << 20 and (m, n) not in runtime._recent:
+            shapes.add((m, n))
+    unexpected = []
+    for m, n in sorted(shapes, key=lambda shape: rng.random()):
+        x = random_input(m, n, "fp16")
+        declined = runtime.plan_stats()["declined"]
+        y = runtime.softmax(x)
+        if runtime.plan_stats()["declined"] > declined:
+            build = runtime.instance_for(x.get_device(), m, n, "fp16")
+            rule = native_rule(build)
+            if rule is not None and not (rule.by_class and n == 1):
+                unexpected.append((m, n, build.variant, build.config.params))
+        if m * n <= 1 << 20:
+            result = check_softmax(y, x, "fp16")
+            assert result.ok, (m, n, result.message)
+    assert not unexpected, f"declined after warm-up though their pick has a native rule: {unexpected[:10]}"

@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from autotuner.cli import app
 from autotuner.lookup.select import default_store
-from autotuner.runtime_warmup import _bucket_probes, _candidates, _read_indexes
+from autotuner.runtime_warmup import _bucket_probes, _candidates, _probes, _read_indexes
 
 
 def test_bucket_probes_reach_every_block_and_alignment_of_the_range():
@@ -20,11 +20,21 @@ def test_bucket_probes_reach_every_block_and_alignment_of_the_range():
         assert {(1 << (n - 1).bit_length(), n % 16 == 0, n == 1) for n in probes} == buckets
 
 
+def test_a_cuda_instance_is_taught_its_shortest_and_longest_row_a_multiple_of_16_where_it_can():
+    assert _probes("cuda", {"n_min": 262145}) == [262160, 1 << 22]
+    assert _probes("cuda", {"n_min": 1, "n_max": 16}) == [16]
+    assert _probes("cuda", {"n_min": 3, "n_max": 9}) == [9]
+    assert _probes("cuda", {"n_min": 16385, "n_max": 40448}) == [16400, 40448]
+    assert _probes("cuda", {"n_min": 65, "n_max": 250}) == [80, 240]
+    assert _probes("cuda", {}) == [16, 1 << 22]
+    assert _probes("triton", {"n_min": 2049, "n_max": 8192}) == _bucket_probes(2049, 8192)
+
+
 def test_candidates_are_every_instance_of_the_gpus_tables():
     for dtype in ("fp32", "fp16", "bf16"):
         table = default_store().get("h100", dtype)
         got = _candidates("h100", dtype)
-        assert [(v, c) for v, c, _ in got] == [(c["variant"], c["config"]) for c in table.candidates]
+        assert [(i, v, c) for i, v, c, _ in got] == [(i, c["variant"], c["config"]) for i, c in enumerate(table.candidates)]
     assert _candidates("no_such_gpu", "fp16") == []
 
 
