@@ -184,31 +184,6 @@ def plan_for(device: int, dtype: str) -> Any:
     return _plan_of(picker, device, dtype, module)
 
 
-def teach_plan(device: int, dtype: str, candidate: int, rows: Any) -> bool:
-    """Launch the softmax of ``rows`` (2-D contiguous, on ``device``, the current one) with candidate
-    ``candidate`` of the GPU's own ``dtype`` table through the native module, as a first call whose
-    pick it is would, so that the plan learns the launch of N's class (warm-up: the first request of
-    that class then costs no Python; a rule whose shared memory grows with N widens the opt-in the
-    plan allows). True where the plan keeps a launch of a class it did not hold before; False where
-    it learned nothing new: no plan made (``plan_for``), a build without a native rule, a launch the
-    module refused, a class it held already."""
-    picker = _pickers.get((device, dtype))
-    if picker is None or picker[2] is None or picker[5] is None:
-        return False
-    build = picker[4][candidate]
-    if build is None:
-        chosen = picker[2].candidates[candidate]
-        build = picker[4][candidate] = _build_on(device, chosen["variant"], chosen["config"], dtype, rows.shape[1])
-    if native_rule(build) is None:
-        return False
-    module = _module_loaded or native_module()
-    if module is None:
-        return False
-    before = module.plan_stats(picker[5])["launches_kept"]
-    _launch_native(device, rows, build, rows.shape, picker, candidate)
-    return module.plan_stats(picker[5])["launches_kept"] > before
-
-
 def _build_on(device: int, variant: str, config: dict[str, Any], dtype: str, n: int) -> Any:
     with torch.cuda.device(device):  # compile and load on the rows' device
         return build_for(variant, config, dtype, n)

@@ -10,7 +10,7 @@ indexes are read as ``softmax()`` and ``select_kernel`` read them (``_read_index
 index is decoded on first use, about 10 ms, which the first request of each dtype would pay; so
 is the native plan made from it, where the native module is loaded. Last, each instance is launched
 once per class of N its native rule tells apart (a Triton bucket; one N for a CUDA rule) through
-that plan (``runtime.teach_plan``), so the plan knows the launch before a request needs it: a
+that plan (``_teach``), so the plan knows the launch before a request needs it: a
 first call of a class would otherwise take the Python path to teach it (tens of microseconds).
 """
 from __future__ import annotations
@@ -82,6 +82,33 @@ def _probes(backend: str, limits: dict[str, int]) -> list[int]:
     return sorted({shortest if shortest <= n_max else n_max, longest})
 
 
+def _teach(device: int, dtype: str, candidate: int, rows: Any) -> bool:
+    """Launch the softmax of ``rows`` (2-D contiguous, on ``device``, the current one) with candidate
+    ``candidate`` of the GPU's own ``dtype`` table through the native module, as a first call whose
+    pick it is would (``runtime._launch_native``), so that the plan learns the launch of N's class (a
+    rule whose shared memory grows with N widens the opt-in the plan allows). True where the plan
+    keeps a launch of a class it did not hold before; False where it learned nothing new: no plan
+    made (``runtime.plan_for``), a build without a native rule, a launch the module refused, a class
+    it held already."""
+    from autotuner import runtime
+    from kernels.registry import native_rule
+
+    picker = runtime._pickers.get((device, dtype))
+    if picker is None or picker[2] is None or picker[5] is None:
+        return False
+    build = picker[4][candidate]
+    if build is None:
+        chosen = picker[2].candidates[candidate]
+        build = picker[4][candidate] = runtime._build_on(device, chosen["variant"], chosen["config"], dtype,
+                                                         rows.shape[1])
+    module = runtime.native_module()
+    if native_rule(build) is None or module is None:
+        return False
+    before = module.plan_stats(picker[5])["launches_kept"]
+    runtime._launch_native(device, rows, build, rows.shape, picker, candidate)
+    return module.plan_stats(picker[5])["launches_kept"] > before
+
+
 def _warm_instance(device: int, candidate: int | None, variant: str, config: dict[str, Any], limits: dict[str, int],
                    dtype: str) -> tuple[int, int]:
     """Build one instance and launch it once per class of N (``_probes``): a Triton build through
@@ -103,7 +130,7 @@ def _warm_instance(device: int, candidate: int | None, variant: str, config: dic
         if triton:
             build.launch(x, torch.empty_like(x))
         if candidate is not None:
-            taught += runtime.teach_plan(device, dtype, candidate, x)
+            taught += _teach(device, dtype, candidate, x)
     return (len(probes) if triton else 0), taught
 
 

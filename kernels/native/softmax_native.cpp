@@ -197,7 +197,7 @@ PyObject* empty_like(PyObject*, PyObject* x) {
 // candidate, the rule that derives a launch of any (M, N) from one launch the Python side described
 // (kernels/base.py, NativeRule). plan_run picks, derives and launches; where it cannot (no rule, no
 // launch learned for N's class yet, a guard that does not hold, shared memory past what was opted
-// into, a misaligned pointer) it returns the candidate it picked, and the caller takes its own path
+// into, a misaligned output) it returns the candidate it picked, and the caller takes its own path
 // and may teach the plan that launch (plan_learn). Integer arithmetic only: the pick is the index's
 // own bisects, so the Python lookup and this one agree exactly (a test holds them to it).
 
@@ -636,12 +636,16 @@ bool split_workspace(Plan* plan, const at::Tensor& x, void* stream, int64_t m, i
 // The softmax of x (2-D contiguous, on the current device, of the plan's dtype: the caller's contract) by
 // the plan, or the candidate it picked (an int) where it does not launch it itself (see above). A
 // torch.softmax pick (the fallback's included) is at::softmax on torch's current stream, as
-// torch.softmax(x, -1) computes it.
+// torch.softmax(x, -1) computes it; so is x whose data pointer is not 16-byte aligned (a row view such
+// as logits[:, -1] of one sequence with an odd vocabulary): a Triton launch is specialised on aligned
+// pointers, and the caller's own path costs about twice torch.softmax's host time where this costs
+// what torch.softmax does (bench/probes/misaligned_rows.py).
 PyObject* run_plan(Plan* plan, const at::Tensor& x, void* stream) {
   int64_t m = x.size(0), n = x.size(1);
   int64_t candidate = m >= 1 && n >= 1 ? pick(*plan, m, n) : kNoAnswer;
   if (candidate == kNoAnswer) return PyLong_FromLongLong(candidate);
-  if (candidate == -1 || plan->torch_softmax[candidate]) {  // torch.softmax(x, -1), without its argument parser
+  bool misaligned = reinterpret_cast<std::uintptr_t>(x.data_ptr()) & 15;
+  if (candidate == -1 || plan->torch_softmax[candidate] || misaligned) {  // torch.softmax(x, -1), without its argument parser
     try {
       PyObject* out = THPVariable_Wrap(at::softmax(x, -1));
       if (out) ++plan->launches;
