@@ -416,6 +416,20 @@ def test_a_plan_computes_a_torch_softmax_pick_as_torch_softmax_does(built):
     assert built.plan_stats(plan)["launches"] == built.plan_stats(fallback)["launches"] == len(shapes)
 
 
+def test_a_plan_computes_misaligned_rows_as_torch_softmax_does_whatever_its_pick(built):
+    """Rows whose data pointer is not 16-byte aligned are at::softmax's in the plan (a Triton launch is
+    specialised on aligned pointers); aligned rows of the same pick, with no launch taught, are declined."""
+    import torch
+
+    plan = built.plan_new(1, b"", (one_cell(0),) * 2, ())  # candidate 0 everywhere, not torch.softmax
+    base = torch.randn(5 * 8 + 1)
+    misaligned, aligned = base[1:].view(5, 8), base[:40].view(5, 8)
+    assert misaligned.data_ptr() % 16 and not aligned.data_ptr() % 16
+    assert torch.equal(built.plan_run(plan, misaligned, 1), torch.softmax(misaligned, -1))
+    assert built.plan_run(plan, aligned, 1) == 0  # the candidate it picked: no launch taught
+    assert built.plan_stats(plan)["launches"] == 1 and built.plan_stats(plan)["declined"] == 1
+
+
 def test_a_plan_reads_tritons_launch_hooks_itself_and_declines_while_one_is_registered(built):
     """The hooks-idle guard of Triton 3.4 on is read in C (kernels.triton_impl.launch.plan_guard): a
     hook added to either chain, or a chain replaced, sends the call back to the caller's path."""
@@ -485,6 +499,10 @@ def test_dispatch_takes_a_call_to_its_routes_plan_only_while_the_route_holds(bui
         assert built.dispatch(x, -1) is None  # another store
         select._default_store = store
         assert built.dispatch(x, -1) is not None
+        learning = x.clone().requires_grad_()
+        assert built.dispatch(learning, -1) is None  # autograd would record it: torch.softmax's, in Python
+        with torch.no_grad():
+            assert torch.equal(built.dispatch(learning, -1), torch.softmax(x, -1))
         built.dispatch_route(-1, "fp32", None, None, None)
         assert built.dispatch(x, -1) is None  # routed to nobody
     finally:
