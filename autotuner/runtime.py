@@ -37,6 +37,7 @@ a custom op whose body is the same path.
 """
 from __future__ import annotations
 
+import operator
 import threading
 import warnings
 from itertools import islice
@@ -296,22 +297,27 @@ def _launch_python(rows: Any, build: Any) -> Any:
     return out
 
 
-def _validate(x: Any, dim: Any) -> str | None:
-    """x's dtype name (None: a floating dtype no table is of, float64 among them: torch.softmax's), or
-    a clear error for what softmax cannot take."""
+def _validate(x: Any, dim: Any) -> tuple[str | None, int]:
+    """(x's dtype name, dim as an int), or a clear error for what softmax cannot take. The name is None
+    where torch.softmax answers: a floating dtype no table is of (float64 among them), a 0-d tensor
+    (torch's softmax of one value is 1, its dim -1 or 0, which torch checks)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"softmax expects a torch.Tensor, got {type(x).__name__}")
     dtype = _DTYPE_NAMES.get(x.dtype)
     if dtype is None and not x.dtype.is_floating_point:
         raise TypeError(f"softmax takes floating-point tensors (float32, float16 and bfloat16 by the tuned kernels, "
                         f"others by torch.softmax), got {x.dtype}")
+    try:
+        if isinstance(dim, bool):
+            raise TypeError
+        dim = operator.index(dim)  # an int, or an integer of another kind (numpy's), as torch takes them
+    except TypeError:
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}") from None
     if x.dim() == 0:
-        raise ValueError("softmax needs at least one dimension")
-    if type(dim) is not int and not (isinstance(dim, int) and not isinstance(dim, bool)):
-        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+        return None, dim
     if not -x.dim() <= dim < x.dim():
         raise IndexError(f"dim {dim} out of range for a {x.dim()}-D tensor")
-    return dtype
+    return dtype, dim
 
 
 def _needs_autograd(x: Any) -> bool:
@@ -323,7 +329,7 @@ def _needs_autograd(x: Any) -> bool:
 def _softmax_impl(x: Any, dim: int) -> Any:
     """The general path: validate, rows to 2-D contiguous, launch on the current stream (CPU tensors,
     dtypes no table is of and calls autograd records: torch.softmax)."""
-    dtype = _validate(x, dim)
+    dtype, dim = _validate(x, dim)
     if dtype is None or not x.is_cuda or _needs_autograd(x):
         return torch.softmax(x, dim=dim)
     last = dim in (-1, x.dim() - 1)

@@ -23,7 +23,7 @@ def test_cpu_tensors_get_torch_softmax(shape, dim):
     (torch.ones(3, dtype=torch.int32), -1, TypeError, "floating-point tensors"),
     (torch.ones(2, 3), None, TypeError, "dim must be an int, got NoneType"),
     (torch.ones(2, 3), 1.0, TypeError, "dim must be an int, got float"),
-    (torch.tensor(1.0), -1, ValueError, "at least one dimension"),
+    (torch.ones(2, 3), True, TypeError, "dim must be an int, got bool"),
     (torch.ones(2, 3), 2, IndexError, "dim 2 out of range"),
     (torch.ones(2, 3), -3, IndexError, "dim -3 out of range"),
 ])
@@ -76,6 +76,18 @@ def test_float64_and_a_dtype_argument_are_torchs(shape, dim):
         got = runtime.softmax(half, dim, dtype=dtype)
         assert got.dtype == dtype and torch.equal(got, torch.softmax(half, dim, dtype=dtype))
     assert torch.equal(runtime.softmax(half, dim=dim, dtype=torch.float16), torch.softmax(half, dim))
+
+
+def test_a_0d_tensor_and_a_dim_of_another_integer_kind_are_taken_as_torch_takes_them():
+    numpy = pytest.importorskip("numpy")
+    one = torch.tensor(2.5)
+    for dim in (-1, 0):
+        assert torch.equal(runtime.softmax(one, dim), torch.softmax(one, dim))
+    with pytest.raises(IndexError):  # torch's own range check of a 0-d tensor's dim
+        runtime.softmax(one, 1)
+    x = torch.randn(2, 3, 4)
+    for dim in (numpy.int64(1), numpy.int32(-1)):
+        assert torch.equal(runtime.softmax(x, dim), torch.softmax(x, int(dim)))
 
 
 def test_a_call_autograd_records_is_torchs_and_its_gradient_torchs(planted):
