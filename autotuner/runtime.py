@@ -307,12 +307,9 @@ def _validate(x: Any, dim: Any) -> tuple[str | None, int]:
     if dtype is None and not x.dtype.is_floating_point:
         raise TypeError(f"softmax takes floating-point tensors (float32, float16 and bfloat16 by the tuned kernels, "
                         f"others by torch.softmax), got {x.dtype}")
-    try:
-        if isinstance(dim, bool):
-            raise TypeError
-        dim = operator.index(dim)  # an int, or an integer of another kind (numpy's), as torch takes them
-    except TypeError:
-        raise TypeError(f"dim must be an int, got {type(dim).__name__}") from None
+    if isinstance(dim, bool) or not hasattr(type(dim), "__index__"):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    dim = operator.index(dim)  # an int, or an integer of another kind (numpy's), as torch takes them
     if x.dim() == 0:
         return None, dim
     if not -x.dim() <= dim < x.dim():

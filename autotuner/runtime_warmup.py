@@ -67,14 +67,14 @@ def _read_indexes(device: int, gpu: str, dtypes: tuple[str, ...]) -> None:
         runtime.plan_for(device, dtype)
 
 
-def _probes(backend: str, limits: dict[str, int]) -> list[int]:
-    """Row lengths that reach every class of N a build of ``backend`` ("triton" or another) within
-    ``limits`` compiles or launches apart: a Triton build's buckets; for the others (one class) the
-    shortest and the longest row, up to ``PROBE_N_CAP``, each a multiple of 16 where the range has one
-    (every kernel takes it: vector loads need no tail): a rule whose shared memory grows with N then
-    has its largest opt-in taught, which serves every shorter row."""
+def _probes(triton: bool, limits: dict[str, int]) -> list[int]:
+    """Row lengths that reach every class of N a build within ``limits`` compiles or launches apart:
+    a Triton build's buckets; for the others (one class) the shortest and the longest row, up to
+    ``PROBE_N_CAP``, each a multiple of 16 where the range has one (every kernel takes it: vector
+    loads need no tail): a rule whose shared memory grows with N then has its largest opt-in taught,
+    which serves every shorter row."""
     n_min, n_max = max(1, limits.get("n_min", 1)), limits.get("n_max", MAX_DIM)
-    if backend == "triton":
+    if triton:
         return _bucket_probes(n_min, min(n_max, TRITON_N_CAP))
     shortest = -(-n_min // 16) * 16
     longest = min(n_max, max(PROBE_N_CAP, n_min))
@@ -82,27 +82,20 @@ def _probes(backend: str, limits: dict[str, int]) -> list[int]:
     return sorted({shortest if shortest <= n_max else n_max, longest})
 
 
-def _teach(device: int, dtype: str, candidate: int, rows: Any) -> bool:
-    """Launch the softmax of ``rows`` (2-D contiguous, on ``device``, the current one) with candidate
-    ``candidate`` of the GPU's own ``dtype`` table through the native module, as a first call whose
-    pick it is would (``runtime._launch_native``), so that the plan learns the launch of N's class (a
-    rule whose shared memory grows with N widens the opt-in the plan allows). True where the plan
-    keeps a launch of a class it did not hold before; False where it learned nothing new: no plan
-    made (``runtime.plan_for``), a build without a native rule, a launch the module refused, a class
-    it held already."""
+def _teach(device: int, dtype: str, candidate: int, build: Any, rows: Any) -> bool:
+    """Launch the softmax of ``rows`` (2-D contiguous, on ``device``, the current one) with ``build``,
+    candidate ``candidate`` of the GPU's own ``dtype`` table, through the native module, as a first
+    call whose pick it is would (``runtime._launch_native``), so that the plan learns the launch of
+    N's class (a rule whose shared memory grows with N widens the opt-in the plan allows). True
+    where the plan keeps a launch of a class it did not hold before; False where it learned nothing
+    new: no plan made (``runtime.plan_for``), a build without a native rule, a launch the module
+    refused, a class it held already."""
     from autotuner import runtime
     from kernels.registry import native_rule
 
     picker = runtime._pickers.get((device, dtype))
-    if picker is None or picker[2] is None or picker[5] is None:
-        return False
-    build = picker[4][candidate]
-    if build is None:
-        chosen = picker[2].candidates[candidate]
-        build = picker[4][candidate] = runtime._build_on(device, chosen["variant"], chosen["config"], dtype,
-                                                         rows.shape[1])
     module = runtime.native_module()
-    if native_rule(build) is None or module is None:
+    if picker is None or picker[2] is None or picker[5] is None or module is None or native_rule(build) is None:
         return False
     before = module.plan_stats(picker[5])["launches_kept"]
     runtime._launch_native(device, rows, build, rows.shape, picker, candidate)
@@ -123,14 +116,14 @@ def _warm_instance(device: int, candidate: int | None, variant: str, config: dic
 
     build = runtime.build_for(variant, config, dtype, max(1, limits.get("n_min", 1)))
     triton = get_variant(variant).backend == "triton"
-    probes = _probes("triton" if triton else "other", limits)
+    probes = _probes(triton, limits)
     taught = 0
     for n in probes:
         x = random_input(1, n, dtype)
         if triton:
             build.launch(x, torch.empty_like(x))
         if candidate is not None:
-            taught += _teach(device, dtype, candidate, x)
+            taught += _teach(device, dtype, candidate, build, x)
     return (len(probes) if triton else 0), taught
 
 

@@ -21,13 +21,13 @@ def test_bucket_probes_reach_every_block_and_alignment_of_the_range():
 
 
 def test_a_cuda_instance_is_taught_its_shortest_and_longest_row_a_multiple_of_16_where_it_can():
-    assert _probes("cuda", {"n_min": 262145}) == [262160, 1 << 22]
-    assert _probes("cuda", {"n_min": 1, "n_max": 16}) == [16]
-    assert _probes("cuda", {"n_min": 3, "n_max": 9}) == [9]
-    assert _probes("cuda", {"n_min": 16385, "n_max": 40448}) == [16400, 40448]
-    assert _probes("cuda", {"n_min": 65, "n_max": 250}) == [80, 240]
-    assert _probes("cuda", {}) == [16, 1 << 22]
-    assert _probes("triton", {"n_min": 2049, "n_max": 8192}) == _bucket_probes(2049, 8192)
+    assert _probes(False, {"n_min": 262145}) == [262160, 1 << 22]
+    assert _probes(False, {"n_min": 1, "n_max": 16}) == [16]
+    assert _probes(False, {"n_min": 3, "n_max": 9}) == [9]
+    assert _probes(False, {"n_min": 16385, "n_max": 40448}) == [16400, 40448]
+    assert _probes(False, {"n_min": 65, "n_max": 250}) == [80, 240]
+    assert _probes(False, {}) == [16, 1 << 22]
+    assert _probes(True, {"n_min": 2049, "n_max": 8192}) == _bucket_probes(2049, 8192)
 
 
 def test_candidates_are_every_instance_of_the_gpus_tables():
