@@ -1,5 +1,6 @@
-"""The native launch module (``softmax_native.cpp``): allocate the output and issue an (M, N) call's
-launches in one C call, so that ``softmax(x)`` costs about what ``torch.softmax`` does on the host.
+"""The native launch module (``softmax_native.cpp`` and the ``.inc`` parts it includes): allocate the
+output and issue an (M, N) call's launches in one C call, so that ``softmax(x)`` costs about what
+``torch.softmax`` does on the host.
 Optional: without it every call takes the Python path, which gives the same result.
 
 - ``build()`` compiles the module for this Python and this torch into a cache directory (about 10-30
@@ -37,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 MODULE_NAME = "_softmax_native"
-SOURCE = Path(__file__).with_name("softmax_native.cpp")
+SOURCE = Path(__file__).with_name("softmax_native.cpp")  # one translation unit: it includes the parts
+PARTS = sorted(SOURCE.parent.glob("*.inc"))
 ENV = "SOFTMAX_AUTOTUNER_NATIVE"  # "0": never use the module; "build": build it on first use, in the caller
 CACHE_ENV = "SOFTMAX_AUTOTUNER_CACHE"  # where built modules go (default ~/.cache/softmax-autotuner)
 
@@ -52,7 +54,8 @@ class NativeBuildError(RuntimeError):
 def _torch_build_key() -> str:
     import torch
 
-    identity = "\n".join([SOURCE.read_text(), torch.__version__, sys.version, sysconfig.get_config_var("EXT_SUFFIX") or ""])
+    sources = [path.read_text() for path in (SOURCE, *PARTS)]
+    identity = "\n".join([*sources, torch.__version__, sys.version, sysconfig.get_config_var("EXT_SUFFIX") or ""])
     return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
