@@ -374,6 +374,8 @@ def softmax(x: Any, dim: int = -1, dtype: Any = None) -> Any:
     floating dtypes other than float32, float16 and bfloat16, and calls autograd records (x requires
     grad, grad mode on), so gradients are torch's."""
     if dtype is not None and isinstance(x, torch.Tensor):
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype (torch.float32, say), as torch.softmax takes it; got {dtype!r}")
         x = x.to(dtype)
     if _is_compiling():
         return torch.softmax(x, dim) if _needs_autograd(x) else _op(x, dim)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import threading
 import warnings
+from operator import index
 from pathlib import Path
 
 from autotuner.domain import MAX_DIM
@@ -190,9 +191,8 @@ class TableStore:
         return self._keep(key, self._select_uncached(m, n, dtype, gpu, method, allow_fallback))
 
     def _select_uncached(self, m, n, dtype_name, gpu, method, allow_fallback) -> KernelChoice:
-        if (type(m) is not int or type(n) is not int) and (  # plain ints skip the subclass tests
-                not isinstance(m, int) or not isinstance(n, int) or isinstance(m, bool) or isinstance(n, bool)):
-            raise TypeError(f"m and n must be integers, got {type(m).__name__} and {type(n).__name__}")
+        if type(m) is not int or type(n) is not int:  # plain ints skip the conversion
+            m, n = _integer_dims(m, n)
         if not (0 <= m <= MAX_DIM and 1 <= n <= MAX_DIM):
             raise ValueError(f"shape ({m}, {n}) out of range: need 0 <= m < 2**31 and 1 <= n < 2**31")
         # a spelling already in canonical form skips the normaliser (a first lookup is on the dispatch path)
@@ -295,6 +295,17 @@ def fitted_table_files(database: Path) -> list[Path]:
 def load_fitted_tables(database: Path) -> list[DispatchTable]:
     """The tables ``fit`` wrote beside ``database`` (a file that cannot be read is warned about)."""
     return [table for path in fitted_table_files(database) if (table := _load_or_warn(path)) is not None]
+
+
+def _integer_dims(m: Any, n: Any) -> tuple[int, int]:
+    """(m, n) as ints where each is an integer of any kind (numpy's, a 0-d integer tensor: what
+    ``operator.index`` takes); TypeError naming what was given otherwise (a bool too, as a dim)."""
+    try:
+        if isinstance(m, bool) or isinstance(n, bool):
+            raise TypeError
+        return index(m), index(n)
+    except TypeError:
+        raise TypeError(f"m and n must be integers, got {type(m).__name__} and {type(n).__name__}") from None
 
 
 def shipped_table_files() -> list[Path]:

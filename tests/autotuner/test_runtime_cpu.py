@@ -76,6 +76,8 @@ def test_float64_and_a_dtype_argument_are_torchs(shape, dim):
         got = runtime.softmax(half, dim, dtype=dtype)
         assert got.dtype == dtype and torch.equal(got, torch.softmax(half, dim, dtype=dtype))
     assert torch.equal(runtime.softmax(half, dim=dim, dtype=torch.float16), torch.softmax(half, dim))
+    with pytest.raises(TypeError, match="dtype must be a torch.dtype"):  # torch refuses a name too
+        runtime.softmax(half, dim, dtype="fp32")
 
 
 def test_a_0d_tensor_and_a_dim_of_another_integer_kind_are_taken_as_torch_takes_them():

@@ -86,6 +86,23 @@ def test_bad_arguments_raise_clear_errors(m, n, dtype, error):
         TableStore().select(m, n, dtype, "h100")
 
 
+class _Dim:
+    """An integer of another kind, as numpy's int64 or a 0-d integer tensor is: it has __index__."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+def test_integers_of_any_kind_are_taken_as_their_value():
+    store = store_with("h100")
+    assert store.select(_Dim(4096), _Dim(50000), "bf16", "h100") == store.select(4096, 50000, "bf16", "h100")
+    with pytest.raises(TypeError, match="got bool and int"):
+        store.select(True, 10, "fp32", "h100")
+
+
 def test_warm_lookup_is_a_dictionary_probe():
     store = store_with("h100")
     store.select(4096, 50000, "bf16", "h100")
