@@ -49,7 +49,7 @@ from autotuner.lookup import select as _select
 from autotuner.lookup.gpu import normalize_gpu_name
 from autotuner.lookup.select import select_kernel
 from kernels import native as native_loader
-from kernels.registry import native_rule
+from kernels.registry import native_rule, plan_rule
 
 RECENT_SHAPES = 16384  # launches kept for repeated shapes (a bounded memo, its oldest quarter dropped when full; about 0.5 kB each)
 
@@ -221,9 +221,10 @@ def _launch_native(device: int, rows: Any, build: Any, shape: Any, picker: Any, 
             return None
         rule = native_rule(build) if picker is not None and candidate >= 0 else None
         # a launch holding its stream's workspace is taught only under a split rule: the plan then puts its own in
-        if rule is not None and (rule.split is not None or not build.stream_bound) and module.plan_learn(
-                _plan_of(picker, device, build.dtype, module), candidate, rule.for_plan(), guard and _plan_guard(guard),
-                m, n, *launch):
+        learned = rule is not None and (rule.split is not None or not build.stream_bound) and plan_rule(
+            rule, build, device, stream, n)
+        if learned and module.plan_learn(_plan_of(picker, device, build.dtype, module), candidate, learned,
+                                         guard and _plan_guard(guard), m, n, *launch):
             return out
     except (RuntimeError, SystemError, TypeError, ValueError) as exc:  # a module built wrong: Python path
         _native_broke(exc)

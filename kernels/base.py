@@ -222,7 +222,11 @@ class NativeRule(NamedTuple):
     described launch per class of N (the next power of two, and Triton's specialisation of an int
     argument: 32-bit range, divisible by 16, and == 1, which is declined), not one for every N.
     ``split``: grid x is M * S blocks instead (``RowSplit``), and the plan puts its own workspace of
-    the call's stream and S into the described launch."""
+    the call's stream and S into the described launch. ``m_unspecialised``: M (in ``m_slot``) is
+    one of the kernel's ``do_not_specialize`` arguments, so its value is not part of N's class and
+    M = 1 is launched too. ``cap_per_class``: the grid's cap is each class's own (a persistent grid
+    of as many programs as the class's compiled kernel fits on the GPU at once), which the build
+    describes as its launch of the most rows a grid takes (``registry.plan_rule``)."""
 
     geometry: LaunchGeometry
     n_max: int = 0
@@ -230,16 +234,19 @@ class NativeRule(NamedTuple):
     m_slot: int = -1
     n_slot: int = -1
     split: RowSplit | None = None
+    m_unspecialised: bool = False
+    cap_per_class: bool = False
 
-    def for_plan(self) -> tuple[int, ...]:
-        """The ints ``plan_learn`` takes, the resident cap read for the current device."""
+    def for_plan(self, class_cap: int = 0) -> tuple[int, ...]:
+        """The ints ``plan_learn`` takes, the resident cap read for the current device (``class_cap``:
+        the cap of the class taught, where ``cap_per_class``)."""
         geometry = self.geometry
-        cap = geometry.cap
+        cap = class_cap if self.cap_per_class else geometry.cap
         if geometry.resident_block:
             resident = geometry.residency(geometry.resident_block)
             cap = min(cap or resident, resident)
         return (geometry.rows, geometry.per_row, cap, geometry.vec, geometry.parts, geometry.held, self.n_max,
-                int(self.by_class), self.m_slot, self.n_slot, *(self.split or NO_SPLIT))
+                int(self.by_class), self.m_slot, self.n_slot, *(self.split or NO_SPLIT), int(self.m_unspecialised))
 
 
 @dataclass

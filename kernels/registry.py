@@ -49,7 +49,14 @@ _extra: list[Variant] = []
 # their modules, because a variant module's text is its rows' source hash (kernels/source_hash.py), and
 # declaring a rule there would retire every GPU's rows for a change that launches nothing differently.
 # triton_one_row: one program per row (grid = M), one compiled kernel per N's class, N in slot 2.
-_KEPT_NATIVE_RULES = {"triton_one_row": NativeRule(LaunchGeometry(), by_class=True, n_slot=2)}
+# triton_fused_row: a persistent grid of min(M, the programs of N's class that fit on the GPU at once),
+# M (do_not_specialize) in slot 2, N in slot 3.
+_KEPT_NATIVE_RULES = {
+    "triton_one_row": NativeRule(LaunchGeometry(), by_class=True, n_slot=2),
+    "triton_fused_row": NativeRule(LaunchGeometry(), by_class=True, m_slot=2, n_slot=3, m_unspecialised=True,
+                                   cap_per_class=True),
+}
+MOST_ROWS = 2**31 - 1  # the most rows of a one-dimensional grid: a persistent grid's cap describes itself there
 
 
 def native_rule(build: Build) -> NativeRule | None:
@@ -57,6 +64,16 @@ def native_rule(build: Build) -> NativeRule | None:
     if build.native is None:
         return None
     return build.native_rule or _KEPT_NATIVE_RULES.get(build.variant)
+
+
+def plan_rule(rule: NativeRule, build: Build, device: int, stream: int, n: int) -> tuple[int, ...] | None:
+    """``rule`` (``build``'s) as ``plan_learn`` takes it for N's class on ``device``: where its cap is
+    per class, the grid of the build's own launch of ``MOST_ROWS`` rows of N; None where the build
+    does not describe that launch."""
+    if not rule.cap_per_class:
+        return rule.for_plan()
+    widest = build.native(device, stream, MOST_ROWS, n)
+    return None if widest is None else rule.for_plan(widest[1])
 
 
 class UnimportableVariant(Variant):

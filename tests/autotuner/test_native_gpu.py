@@ -135,7 +135,7 @@ def test_plan_launches_give_the_bits_of_the_builds_own_launch(native_module, var
     it) and M up to 1000, each class of N taught once."""
     import torch
 
-    from kernels.registry import native_rule
+    from kernels.registry import native_rule, plan_rule
 
     variant = kernels.get_variant(variant_name)
     if not variant.available():
@@ -164,8 +164,9 @@ def test_plan_launches_give_the_bits_of_the_builds_own_launch(native_module, var
                 if isinstance(got, int):  # N's class not taught yet: teach it the build's own description
                     launch = build.native(device, stream, m, n)
                     assert launch is not None, f"{config} {dtype} {m}x{n}: no native launch"
-                    assert native_module.plan_learn(plan, 0, rule.for_plan(), build.native_guard, m, n, *launch), \
-                        f"{config} {dtype} {m}x{n}: the rule {rule.for_plan()} does not derive the build's own " \
+                    learned = plan_rule(rule, build, device, stream, n)
+                    assert native_module.plan_learn(plan, 0, learned, build.native_guard, m, n, *launch), \
+                        f"{config} {dtype} {m}x{n}: the rule {learned} does not derive the build's own " \
                         f"launch {launch[:4]}, slots {launch[4].hex()}"
                     got = native_module.plan_run(plan, x, stream)
                 assert not isinstance(got, int), \

@@ -288,9 +288,28 @@ def test_a_launch_is_taught_to_the_plan_where_its_build_has_a_rule(planned, lear
     rows = torch.randn(4, 5)
     assert torch.equal(runtime._launch_native(-1, rows, build, rows.shape, planned.picker, 2), torch.full((4, 5), 7.0))
     launch = (0xF00, 4, 128, 0, bytes(32), 0, 1)
-    assert planned.module.taught == [(2, (1, 1, 0, 0, 1, 0, 0, 0, 2, 3, 0, 0, 0, 0, -1, -1, -1), 4, 5, launch)]
+    assert planned.module.taught == [(2, (1, 1, 0, 0, 1, 0, 0, 0, 2, 3, 0, 0, 0, 0, -1, -1, -1, 0), 4, 5, launch)]
     assert planned.module.routes == [(-1, "fp32", "plan")] and planned.picker[5] == "plan"  # made once, routed
     assert ((-1, (4, 5), torch.float32) in runtime._recent) is not learns  # a taught launch needs no memo
+
+
+def test_a_persistent_grid_is_taught_with_its_classs_own_cap(planned):
+    """triton_fused_row's rule caps each class's grid at what the build describes for the most rows:
+    here the fake build's grid min(M, 1056) for N = 5, and none where the build describes no launch."""
+    from kernels.registry import MOST_ROWS, _KEPT_NATIVE_RULES
+
+    build = fake_build([])
+    build.native = lambda device, stream, m, n: (0xF00, min(m, 1056), 128, 0, bytes(32), 0, 1)
+    build.variant, build.dtype = "triton_fused_row", "fp32"
+    rows = torch.randn(4, 5)
+    assert torch.equal(runtime._launch_native(-1, rows, build, rows.shape, planned.picker, 2), torch.full((4, 5), 7.0))
+    rule = _KEPT_NATIVE_RULES["triton_fused_row"]
+    assert planned.module.taught == [(2, rule.for_plan(1056), 4, 5, (0xF00, 4, 128, 0, bytes(32), 0, 1))]
+    assert rule.for_plan(1056)[2] == 1056 and rule.for_plan(1056)[-1] == 1  # the cap; M unspecialised
+    planned.module.taught.clear()
+    build.native = lambda device, stream, m, n: None if m == MOST_ROWS else (0xF00, m, 128, 0, bytes(32), 0, 1)
+    runtime._launch_native(-1, rows, build, rows.shape, planned.picker, 2)
+    assert planned.module.taught == []  # no cap described: nothing taught (the launch is kept for the shape)
 
 
 def test_a_launch_holding_its_streams_workspace_is_taught_only_under_a_split_rule(planned):
@@ -305,7 +324,7 @@ def test_a_launch_holding_its_streams_workspace_is_taught_only_under_a_split_rul
         planned.module.taught.clear()
         rows = torch.randn(4, 5)
         assert torch.equal(runtime._launch_native(-1, rows, build, rows.shape, planned.picker, 2), torch.full((4, 5), 7.0))
-        assert [entry[1][10:] for entry in planned.module.taught] == ([] if split is None else [tuple(split)])
+        assert [entry[1][10:17] for entry in planned.module.taught] == ([] if split is None else [tuple(split)])
 
 
 def test_a_dispatch_that_fails_turns_the_native_module_off_with_one_warning(planned):

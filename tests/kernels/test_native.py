@@ -370,8 +370,35 @@ def test_a_plan_learns_only_what_its_rule_derives_and_launches_a_learned_class_i
     assert stats["launches"] == 0 and stats["declined"] == 3  # nothing learned, a class not learned, the guard
 
 
+def test_a_persistent_grid_rule_keeps_each_class_its_own_cap_and_takes_any_m(built):
+    """triton_fused_row's rule (kernels/registry.py): M in slot 2 is unspecialised, so a launch learned
+    at M = 1 serves every M of N's class; the grid is min(M, the class's own cap), as each learned
+    launch's rule gave it (a launch that exceeds it, or a cap learned for another class, is refused)."""
+    import torch
+
+    from kernels.registry import _KEPT_NATIVE_RULES
+
+    rule = _KEPT_NATIVE_RULES["triton_fused_row"]
+    assert rule.m_unspecialised and rule.cap_per_class
+    plan = built.plan_new(1, b"", (one_cell(0),) * 2, ())  # candidate 0 everywhere
+    candidate, n = 0, 1000
+    slots = lambda rows, cols: struct.pack("<QQi4xi4x", 0, 0, rows, cols)  # (x, out, M, N): 8-byte slots
+    assert built.plan_learn(plan, candidate, rule.for_plan(264), None, 1, n, 0x1234, 1, 128, 0, slots(1, n), 0, 1)
+    # the class of N = 1000 (BLOCK 1024, N % 16 != 0), every M: launched in C (which fails on a made-up handle)
+    for rows in (1, 2, 16, 5000):
+        with pytest.raises(RuntimeError, match="libcuda|cuLaunchKernel"):
+            built.plan_run(plan, torch.ones(rows, n, dtype=torch.float16), 1)
+    # another class (N = 1008: % 16 == 0) with its own cap: its launch of many rows is capped there
+    assert not built.plan_learn(plan, candidate, rule.for_plan(528), None, 5000, 1008, 0x1234, 264, 128, 0,
+                                slots(5000, 1008), 0, 1)  # the grid is not this class's cap
+    assert built.plan_learn(plan, candidate, rule.for_plan(528), None, 5000, 1008, 0x1234, 528, 128, 0,
+                            slots(5000, 1008), 0, 1)
+    assert built.plan_stats(plan)["launches_kept"] == 2
+
+
 def test_a_plan_refuses_a_damaged_index_or_bad_arguments_with_clear_errors(built):
     from autotuner.lookup.select import default_store
+    from kernels.base import LaunchGeometry, NativeRule
 
     table = default_store().get("h100", "fp16")
     exact, partitions = table.native_index(0)
@@ -391,8 +418,10 @@ def test_a_plan_refuses_a_damaged_index_or_bad_arguments_with_clear_errors(built
         built.plan_run(plan, [1], 0)
     with pytest.raises((TypeError, ValueError)):
         built.plan_run("not a plan", __import__("torch").ones(2, 2), 0)
-    with pytest.raises(ValueError, match="out of range"):
-        built.plan_geometry((0, 1, 0, 0, 1, 0, 0, 0, -1, -1), 1, 1)
+    with pytest.raises(ValueError, match="out of range"):  # rows 0
+        built.plan_geometry((0, *NativeRule(LaunchGeometry()).for_plan()[1:]), 1, 1)
+    with pytest.raises(TypeError, match="a rule is"):  # the format before m_unspecialised
+        built.plan_geometry(NativeRule(LaunchGeometry()).for_plan()[:-1], 1, 1)
 
 
 def test_a_plan_computes_a_torch_softmax_pick_as_torch_softmax_does(built):
