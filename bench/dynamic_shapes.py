@@ -7,11 +7,12 @@ wheelhouse is carried):
 
     python -m bench.dynamic_shapes --out bench/data/dynamic_shapes_h100.json
 
-Workloads: (a) eager-attention decode, 256 rows, key length 2048 -> 2447 (+1 per call), fp16; (b)
+Workloads: (a) eager-attention decode, 256 rows, key length 2048 -> 2447 (+1 per call), fp16, and
+the same as a model hands its scores over, 4-D (batch 4, 32 heads, 1 query, key length 1024 -> 1423); (b)
 vocabulary sampling M = 1 ... 400 x 128256, bf16; (c) 6,000 random shapes M 1-64 x N 1000-9000, fp16;
 (d) 10,000 shapes drawn log-uniform over the domain (M 1-2^20, N 1-2^24, tensors up to 256 MB), each
 new, fp16 and bf16 alternately. Each workload also has a second list of shapes, as many, new as well
-(decode 2448 -> 2847, M = 401 ... 800, another 6,000 and 10,000 drawn alike), timed back to back. ``autotuner.warmup`` runs first (timed: every instance of the GPU's
+(decode 2448 -> 2847, the 4-D scores 1424 -> 1823, M = 401 ... 800, another 6,000 and 10,000 drawn alike), timed back to back. ``autotuner.warmup`` runs first (timed: every instance of the GPU's
 fp16 and bf16 tables compiled, the native module built), as a server would at start.
 
 Host time of one call: ``perf_counter_ns`` around the call, the device drained before it (outside the
@@ -44,9 +45,9 @@ BUFFER_BYTES = 256 << 20
 
 
 def _views(buffer, shapes, dtype):
-    """``buffer``'s first m * n elements as an (m, n) tensor of ``dtype``, per shape."""
+    """``buffer``'s first elements as a tensor of ``dtype`` of each shape ((m, n), or any rank)."""
     flat = buffer.view(dtype)
-    return [flat[: m * n].view(m, n) for m, n in shapes]
+    return [flat[: math.prod(shape)].view(shape) for shape in shapes]
 
 
 class GcPauses:
@@ -189,7 +190,7 @@ def workload(name, inputs, fresh, softmax, reference, rng) -> dict:
     from autotuner import runtime, select_kernel
 
     names = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-    labels = [select_kernel(x.shape[0], x.shape[1], names[x.dtype]).variant for x in inputs]
+    labels = [select_kernel(x.numel() // x.shape[-1], x.shape[-1], names[x.dtype]).variant for x in inputs]
     before = runtime.plan_stats()
     first = host_times(inputs, softmax, reference, labels)
     after = runtime.plan_stats()
@@ -268,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     result["decode_fp16_256x2048_2447"] = workload(
         "decode", _views(buffer, [(256, 2048 + i) for i in range(400)], fp16),
         _views(buffer, [(256, 2448 + i) for i in range(400)], fp16), softmax, reference, rng)
+    # an eager attention's scores, (batch, heads, queries, keys), as a model hands them to softmax
+    result["attention_fp16_4x32x1x1024_1423"] = workload(
+        "attention", _views(buffer, [(4, 32, 1, 1024 + i) for i in range(400)], fp16),
+        _views(buffer, [(4, 32, 1, 1424 + i) for i in range(400)], fp16), softmax, reference, rng)
     result["vocab_bf16_1_400x128256"] = workload(
         "vocab", _views(buffer, [(m, 128256) for m in range(1, 401)], bf16),
         _views(buffer, [(m, 128256) for m in range(401, 801)], bf16), softmax, reference, rng)

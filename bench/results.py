@@ -198,6 +198,7 @@ def regret(tables: dict[str, dict]) -> list[str]:
 
 WORKLOADS = {  # bench.dynamic_shapes' workload keys -> what each is
     "decode_fp16_256x2048_2447": "decode: 256 rows, key length 2048 -> 2447, fp16",
+    "attention_fp16_4x32x1x1024_1423": "the same as 4-D scores: 4 x 32 heads x 1 x key length 1024 -> 1423, fp16",
     "vocab_bf16_1_400x128256": "vocabulary: M = 1 ... 400 x 128256, bf16",
     "random_fp16_6000": "6,000 random M 1-64 x N 1000-9000, fp16",
     "domain_10000_fp16_bf16": "10,000 log-uniform over the domain, fp16 and bf16",

@@ -1,6 +1,8 @@
 """softmax() on the GPU: correct through the dispatch, inside torch.compile and CUDA-graph capture."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from kernels.reference import check_softmax, random_input
@@ -182,6 +184,28 @@ def test_misaligned_rows_are_torchs_in_the_plan_and_the_builds_own_launch_on_the
     assert torch.allclose(softmax(x), torch.softmax(x.double(), -1).float(), atol=1e-6)
     out = runtime._launch(x.get_device(), x, "fp32")  # the Python path: the native run refuses x, the build launches
     assert torch.allclose(out, torch.softmax(x.double(), -1).float(), atol=1e-6)
+
+
+def test_an_attentions_4d_scores_are_launched_by_the_plan_as_rows_of_keys():
+    """A model hands softmax its attention scores as (batch, heads, queries, keys): contiguous rows of
+    keys, which the native dispatch launches through the plan as it does 2-D rows (the Python path would
+    reshape them twice), with torch's probabilities; a 1-D row too. Without warm-up, a key length's
+    class is taught by its first calls: a Triton bucket's first compiles it, the next teaches the plan."""
+    import torch
+
+    from autotuner import runtime, softmax
+
+    for keys in (1000, 1001, 1002, 2048, 2049):
+        for shape in ((2, 8, 1, keys), (1, 4, 3, keys), (keys,)):
+            scores = random_input(math.prod(shape) // keys, keys, "fp16").view(shape)
+            softmax(scores)  # compiles the pick's kernel where it is new
+            softmax(scores)  # teaches the plan its class
+            before = runtime.plan_stats()
+            got = softmax(scores)
+            after = runtime.plan_stats()
+            assert got.shape == scores.shape and torch.allclose(got.double(), torch.softmax(scores.double(), -1),
+                                                                 rtol=2e-2, atol=1e-5), shape
+            assert after["launches"] == before["launches"] + 1 and after["declined"] == before["declined"], shape
 
 
 def test_softmax_from_fresh_threads():
