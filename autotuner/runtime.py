@@ -380,7 +380,7 @@ def softmax(x: Any, dim: int = -1, dtype: Any = None) -> Any:
         x = x.to(dtype)
     if _is_compiling():
         return torch.softmax(x, dim) if _needs_autograd(x) else _op(x, dim)
-    # eager: the native module's dispatch (x contiguous, of any rank, its last dim's rows, whose device and dtype
+    # eager: the native module's dispatch (the rows of x's last dim, of any rank, whose device and dtype
     # have a plan: picked and launched in one C call), else a repeated shape's kept launch, without
     # the custom-op dispatcher's per-call cost
     if _dispatch is not None:

@@ -56,12 +56,15 @@ def test_a_call_autograd_records_gives_torchs_gradient_eagerly_and_compiled(dtyp
         x.grad = None
         launched = runtime.plan_stats()["launches"]
         y = run(x)
-        assert y.grad_fn is not None and runtime.plan_stats()["launches"] == launched
+        mode = "eager" if run is softmax else "compiled"
+        assert y.grad_fn is not None, mode
+        assert runtime.plan_stats()["launches"] == launched, mode  # no plan launched it
         (y * weights).float().sum().backward()
+        error = (x.grad.float() - reference.grad.float()).abs().max().item()
         if run is softmax:  # torch.softmax's own backward, bit for bit
-            assert torch.equal(x.grad, reference.grad)
+            assert torch.equal(x.grad, reference.grad), (mode, error)
         else:  # inductor's fused backward of the same formula
-            assert torch.allclose(x.grad.float(), reference.grad.float(), rtol=2e-2, atol=1e-4)
+            assert torch.allclose(x.grad.float(), reference.grad.float(), rtol=2e-2, atol=1e-4), (mode, error)
     with torch.no_grad():
         result = check_softmax(softmax(x), x.detach(), dtype)
     assert result.ok, result.message
@@ -186,10 +189,11 @@ def test_misaligned_rows_are_torchs_in_the_plan_and_the_builds_own_launch_on_the
     assert torch.allclose(out, torch.softmax(x.double(), -1).float(), atol=1e-6)
 
 
-def test_an_attentions_4d_scores_are_launched_by_the_plan_as_rows_of_keys():
+def test_an_attentions_4d_scores_and_strided_rows_are_launched_by_the_plan():
     """A model hands softmax its attention scores as (batch, heads, queries, keys): contiguous rows of
     keys, which the native dispatch launches through the plan as it does 2-D rows (the Python path would
-    reshape them twice), with torch's probabilities; a 1-D row too. Without warm-up, a key length's
+    reshape them twice), with torch's probabilities; a 1-D row too, and rows that are not contiguous
+    (copied first, as torch.softmax copies them). Without warm-up, a key length's
     class is taught by its first calls: a Triton bucket's first compiles it, the next teaches the plan."""
     import torch
 
@@ -206,6 +210,15 @@ def test_an_attentions_4d_scores_are_launched_by_the_plan_as_rows_of_keys():
             assert got.shape == scores.shape and torch.allclose(got.double(), torch.softmax(scores.double(), -1),
                                                                  rtol=2e-2, atol=1e-5), shape
             assert after["launches"] == before["launches"] + 1 and after["declined"] == before["declined"], shape
+    rows = random_input(15, 2048, "fp16").view(3, 5, 2048)[:, -1]  # several sequences' last positions
+    assert not rows.is_contiguous()
+    softmax(rows)  # as above: compiles and teaches where (3, 2048)'s pick is new
+    softmax(rows)
+    before = runtime.plan_stats()
+    got = softmax(rows)  # copied to contiguous rows first, as torch.softmax copies them
+    after = runtime.plan_stats()
+    assert torch.allclose(got.double(), torch.softmax(rows.double(), -1), rtol=2e-2, atol=1e-5)
+    assert after["launches"] == before["launches"] + 1 and after["declined"] == before["declined"]
 
 
 def test_softmax_from_fresh_threads():

@@ -498,7 +498,8 @@ def test_a_plan_reads_tritons_launch_hooks_itself_and_declines_while_one_is_regi
 
 def test_dispatch_takes_a_call_to_its_routes_plan_only_while_the_route_holds(built):
     """dispatch(x, dim) does softmax()'s checks in C: a plain Tensor, its last dim (of any rank: an
-    attention's 4-D scores are rows too), contiguous, M, N >= 1, a route for its device and dtype
+    attention's 4-D scores are rows too; rows not contiguous are copied first, as torch does), M, N >= 1,
+    a route for its device and dtype
     (device -1: CPU rows, as tests route them), the
     default store at the route's generation, the device current. Here the route's plan picks
     torch.softmax everywhere, which a plan computes itself on any device."""
@@ -517,10 +518,12 @@ def test_dispatch_takes_a_call_to_its_routes_plan_only_while_the_route_holds(bui
         assert torch.equal(built.dispatch(x, -1), torch.softmax(x, -1))
         assert torch.equal(built.dispatch(x, 1), torch.softmax(x, -1))
         scores = torch.randn(2, 3, 1, 7)  # (batch, heads, queries, keys)
-        for rows, dim in ((scores, -1), (scores, 3), (x[None], 2), (x[0], -1), (x[0], 0)):
+        strided = (x.t(), torch.randn(2, 3, 4, 7).transpose(1, 2), torch.randn(4, 3, 7)[:, -1])  # copied first
+        for rows, dim in ((scores, -1), (scores, 3), (x[None], 2), (x[0], -1), (x[0], 0), *((t, -1) for t in strided)):
             got = built.dispatch(rows, dim)
-            assert got.shape == rows.shape and torch.equal(got, torch.softmax(rows, -1)), (rows.shape, dim)
-        for other, dim in ((x, 0), (x.t(), -1), (x[None], 1), (torch.randn(2, 3, 4, 7).transpose(1, 2), -1), (torch.randn(0, 7), -1),
+            assert got.shape == rows.shape and got.is_contiguous(), (rows.shape, dim)
+            assert torch.equal(got, torch.softmax(rows, -1)), (rows.shape, dim)
+        for other, dim in ((x, 0), (x[None], 1), (torch.randn(0, 7), -1),
                            (torch.randn(3, 0), -1), (torch.tensor(1.0), -1), (x.double(), -1), (x.half(), -1),
                            (torch.nn.Parameter(x), -1), (x, None), ([1.0], -1)):
             assert built.dispatch(other, dim) is None, (other.shape if hasattr(other, "shape") else other, dim)
