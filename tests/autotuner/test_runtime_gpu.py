@@ -78,9 +78,14 @@ def test_float64_and_the_dtype_argument_match_torch():
     x = random_input(5, 1000, "fp32").double()
     assert torch.equal(softmax(x), torch.softmax(x, -1))
     half = random_input(7, 4096, "fp16")
-    got = softmax(half, dtype=torch.float32)
-    assert got.dtype == torch.float32
+    got = softmax(half, dtype=torch.float32)  # torch's one-pass fp16-in, fp32-out kernel
+    assert got.dtype == torch.float32 and torch.equal(got, torch.softmax(half, -1, dtype=torch.float32))
     result = check_softmax(got, half.float(), "fp32")
+    assert result.ok, result.message
+    brain = random_input(7, 4096, "bf16")  # cast first, as torch does, then the fp32 pick
+    got = softmax(brain, dtype=torch.float32)
+    assert got.dtype == torch.float32
+    result = check_softmax(got, brain.float(), "fp32")
     assert result.ok, result.message
 
 
