@@ -1,7 +1,8 @@
-"""Diagnostic (GPU): ``softmax(x, dim=-1, dtype=torch.float32)`` on fp16 attention scores, as Hugging
-Face's eager attention calls it. Two ways to an fp32 result: torch's own kernel, which reads fp16 and
-writes fp32 in one pass (what ``softmax`` hands such a call to), and a cast followed by the tuned fp32
-kernel (``softmax(x.float())``, what ``softmax`` did before). Per shape: GPU time (CUDA events around
+"""Diagnostic (GPU): ``softmax(x, dim=-1, dtype=torch.float32)`` on fp16 and bf16 attention scores, as
+Hugging Face's eager attention calls it. Two ways to an fp32 result: torch's own kernel, which reads
+fp16 and writes fp32 in one pass (what ``softmax`` hands an fp16 call to; torch casts bf16 first), and
+a cast followed by the tuned fp32 kernel (``softmax(x.float())``, what ``softmax`` did before for
+fp16 and does for bf16). Per shape: GPU time (CUDA events around
 20 back-to-back calls, median of 5, warm L2) and host time per call (device drained before it,
 median of 200), each way against ``torch.softmax(x, -1, dtype=torch.float32)``, after
 ``autotuner.warmup``.
@@ -51,13 +52,13 @@ def main() -> None:
         return statistics.median(samples)
 
     result = {"device": torch.cuda.get_device_name()}
-    for shape in SHAPES:
-        x = torch.randn(shape, device="cuda", dtype=torch.float16)
+    for dtype, shape in [(dtype, shape) for dtype in (torch.float16, torch.bfloat16) for shape in SHAPES]:
+        x = torch.randn(shape, device="cuda", dtype=dtype)
         for fn in ways.values():
             fn(x)  # compiles and teaches where new
         gpu = {name: gpu_us(fn, x) for name, fn in ways.items()}
         host = {name: host_us(fn, x) for name, fn in ways.items()}
-        result["x".join(map(str, shape))] = {
+        result[f"{str(dtype)[6:]} " + "x".join(map(str, shape))] = {
             "gpu_us": {name: round(value, 2) for name, value in gpu.items()},
             "gpu_ratio_to_torch": {name: round(gpu[name] / gpu["torch"], 3) for name in ways},
             "host_ratio_to_torch": {name: round(host[name] / host["torch"], 3) for name in ways}}
