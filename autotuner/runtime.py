@@ -6,8 +6,9 @@ must cost arithmetic, never a compile or a recording.
 
 - Kernel instances: one build per (variant, config, dtype) (``build_for``), compiled on first use or
   by ``autotuner.warmup``; a build launches every (M, N) its config admits (``kernels.base.Build``).
-- A new shape on 2-D contiguous rows of a CUDA tensor goes to the native plan of its device and
-  dtype (``kernels/native``: the GPU's own table's index, as ``DispatchTable.native_index`` gives
+- A new shape of a CUDA tensor (rows of its last dim, any rank) goes to the native plan of its device and
+  dtype (``kernels/native``: the index of the table ``select_kernel`` answers the GPU from, its own
+  or a borrowed one (``TableStore.answering_view``), as ``DispatchTable.native_index`` gives
   it, and per candidate the launches it was taught): one C call picks, works out the launch by the
   build's ``NativeRule``, allocates the output and launches (a torch_softmax pick, the fallback's
   too, is ``at::softmax``; long_split's launches get the plan's own workspace of their stream and S).
@@ -121,15 +122,15 @@ def build_for(variant_name: str, config: dict[str, Any], dtype: str, n: int | No
 
 def instance_for(device: int, m: int, n: int, dtype: str) -> Any:
     """The build of the kernel ``select_kernel`` picks for (m, n), m >= 1, on ``device``'s GPU: read
-    from the GPU's own table with ``DispatchTable.pick`` (the same index, without the answer's reason
-    and cached ``KernelChoice``), each candidate's build kept in a list by candidate;
-    through ``select_kernel`` where the GPU has no own table (a donor's answer or the fallback)."""
+    from the table ``select_kernel`` answers the GPU from with ``DispatchTable.pick`` (the same index,
+    without the answer's reason and cached ``KernelChoice``), each candidate's build kept in a list by
+    candidate; through ``select_kernel`` where no table's view answers (the fallback)."""
     return _instance(device, m, n, dtype)[2]
 
 
 def _instance(device: int, m: int, n: int, dtype: str) -> tuple[Any, int, Any]:
-    """(picker or None where the GPU has no own table, the table's pick for (m, n): a candidate, -1 the
-    fallback, -2 none where there is no own table, its build). A plan's pick is not taken over: the
+    """(picker or None where no table answers the GPU, the table's pick for (m, n): a candidate, -1 the
+    fallback, -2 none where there is no table, its build). A plan's pick is not taken over: the
     tables may have changed since it was made (another thread), and this path is the slow one anyway."""
     store = _select._default_store or _select.default_store()
     picker = _pickers.get((device, dtype))
@@ -151,11 +152,11 @@ def _instance(device: int, m: int, n: int, dtype: str) -> tuple[Any, int, Any]:
 
 
 def _picker(device: int, dtype: str, store: Any) -> list:
-    """[store, its generation, the GPU's own table or None, its view, builds by candidate and the
-    fallback's last, the native plan or None], kept per (device, dtype) until the store's tables
-    change; the plan is made once the native module is loaded (``_plan_of``)."""
-    own = store.own_view(_gpu_key(device), dtype)
-    table, view = own if own is not None else (None, 0)
+    """[store, its generation, the table the GPU is answered from or None, its view, builds by
+    candidate and the fallback's last, the native plan or None], kept per (device, dtype) until the
+    store's tables change; the plan is made once the native module is loaded (``_plan_of``)."""
+    answering = store.answering_view(_gpu_key(device), dtype)
+    table, view = answering if answering is not None else (None, 0)
     picker = _pickers[(device, dtype)] = [store, store.generation, table, view,
                                           [None] * (len(table.candidates) + 1 if table is not None else 0), None]
     return picker
@@ -177,7 +178,7 @@ def _plan_of(picker: list, device: int, dtype: str, module: Any) -> Any:
 
 def plan_for(device: int, dtype: str) -> Any:
     """The native plan of ``device``'s ``dtype`` rows, made now where the module is loaded and a pick
-    for them was read from the GPU's own table (warm-up: making it decodes the table's index,
+    for them was read from the GPU's table (warm-up: making it decodes the table's index,
     milliseconds the first call would pay); None otherwise."""
     module = _module_loaded or native_module()
     picker = _pickers.get((device, dtype))
@@ -382,7 +383,8 @@ def softmax(x: Any, dim: int = -1, dtype: Any = None) -> Any:
             # cast and then a tuned fp32 softmax move 14 bytes an element instead of 6
             return _torch_softmax(x, dim, dtype)
         if not isinstance(dtype, torch.dtype):
-            raise TypeError(f"dtype must be a torch.dtype (torch.float32, say), as torch.softmax takes it; got {dtype!r}")
+            raise TypeError(f"dtype must be a torch.dtype (torch.float32, say), as torch.softmax takes it; "
+                            f"got {dtype!r}")
         x = x.to(dtype)
     if _is_compiling():
         return torch.softmax(x, dim) if _needs_autograd(x) else _op(x, dim)

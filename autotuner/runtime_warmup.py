@@ -40,13 +40,15 @@ def _bucket_probes(n_min: int, n_max: int) -> list[int]:
 
 
 def _candidates(gpu: str, dtype: str) -> list[tuple[int, str, dict[str, Any], dict[str, int]]]:
-    """(index, variant, config, constraints) of every candidate of ``gpu``'s ``dtype`` table that it runs."""
+    """(index, variant, config, constraints) of every candidate that ``gpu`` runs of the ``dtype`` table
+    it is answered from (its own, or the one it borrows: ``TableStore.answering_table``)."""
     from autotuner.lookup.gpu_models import gpu_spec, runnable_candidates
     from autotuner.lookup.select import default_store
 
-    table = default_store().get(gpu, dtype)
-    if table is None:
+    answering = default_store().answering_table(gpu, dtype)
+    if answering is None:
         return []
+    table = answering[0]
     spec = gpu_spec(gpu)
     runnable = runnable_candidates(table.candidates, table.gpu, spec) if spec else range(len(table.candidates))
     return [(i, table.candidates[i]["variant"], dict(table.candidates[i]["config"]),

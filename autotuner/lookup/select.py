@@ -93,7 +93,7 @@ class TableStore:
         # elsewhere (the service caches response bytes) keeps this small so full GC passes stay short.
         self._cache_limit = CACHE_LIMIT if cache_limit is None else cache_limit
         self._lock = threading.Lock()
-        self.generation = 0  # counts the changes of the tables: what own_view gave is valid while it stands
+        self.generation = 0  # counts the changes of the tables: what answering_view gave is valid while it stands
         for table in tables:
             self.add(table)
 
@@ -222,26 +222,39 @@ class TableStore:
             known = sorted(set(GPU_MODELS) | set(self.gpus()))
             warnings.warn(f"GPU {gpu_key!r} is not a model the lookup knows (known: {', '.join(known)}): "
                           f"answering {FALLBACK_VARIANT}", RuntimeWarning, stacklevel=5)
-        twin = next((t for g in same_specs(spec, self.gpus()) if (t := self.get(g, dtype, method)) and is_predicted(t)),
-                    None) if spec else None
-        if twin is not None:  # a model of the very same figures has a prediction: it is this GPU's too
-            choice = self._answer(twin, gpu_key, m, n, "predicted")
-            return choice if choice.source == "fallback" else choice._replace(reason=(
-                f"predicted for {twin.gpu}, a model of the same specs as {gpu_key!r} (autotuner/lookup/gpu_models.py)"))
-        donors = donor_order(spec, [g for g in self.gpus() if (t := self.get(g, dtype, method)) and not is_predicted(t)]) \
-            if spec else []
-        if not donors:
+        borrowed = self._borrowed(gpu_key, dtype, method)
+        if borrowed is None:
             known = "its architecture is not listed in autotuner/lookup/gpu_models.py" if spec is None else \
                 f"no table of a model of sm_{spec.compute_capability} or older"
             return KernelChoice(FALLBACK_VARIANT, (), None, gpu_key, dtype, "fallback", False,
                                 f"no {dtype}/{method} dispatch table for GPU {gpu_key!r} and {known}")
-        donor = donors[0]
-        reason = (f"no {dtype}/{method} dispatch table for GPU {gpu_key!r}; answered from the {donor} table "
-                  f"(sm_{gpu_spec(donor).compute_capability} <= sm_{spec.compute_capability}) with the kernels "
-                  f"{gpu_key!r} runs")
-        warnings.warn(reason, RuntimeWarning, stacklevel=5)
-        choice = self._answer(self.get(donor, dtype, method), gpu_key, m, n, f"nearest-gpu:{donor}")
+        table, source, reason = borrowed
+        if source != "predicted":  # another model's measurements: said (once per place, as warnings are)
+            warnings.warn(reason, RuntimeWarning, stacklevel=5)
+        choice = self._answer(table, gpu_key, m, n, source)
         return choice if choice.source == "fallback" else choice._replace(reason=reason)
+
+    def _borrowed(self, gpu_key: str, dtype: str, method: str) -> tuple[DispatchTable, str, str] | None:
+        """(table, source, reason) that a GPU without a table of its own answers from, or None: a
+        prediction for a model of the very same figures (it is this GPU's too), else the first measured
+        donor of ``donor_order``, among the kernels this GPU runs; None for a GPU not listed."""
+        spec = gpu_spec(gpu_key)
+        if spec is None:
+            return None
+        twin = next((t for g in same_specs(spec, self.gpus()) if (t := self.get(g, dtype, method)) and is_predicted(t)),
+                    None)
+        if twin is not None:
+            return twin, "predicted", \
+                f"predicted for {twin.gpu}, a model of the same specs as {gpu_key!r} (autotuner/lookup/gpu_models.py)"
+        measured = [g for g in self.gpus() if (t := self.get(g, dtype, method)) and not is_predicted(t)]
+        donors = donor_order(spec, measured)
+        if not donors:
+            return None
+        donor = donors[0]
+        return self.get(donor, dtype, method), f"nearest-gpu:{donor}", (
+            f"no {dtype}/{method} dispatch table for GPU {gpu_key!r}; answered from the {donor} table "
+            f"(sm_{gpu_spec(donor).compute_capability} <= sm_{spec.compute_capability}) with the kernels "
+            f"{gpu_key!r} runs")
 
     def _answer(self, table: DispatchTable, gpu_key: str, m: int, n: int, source: str | None) -> KernelChoice:
         """``table``'s answer for (m, n) on ``gpu_key``, among the candidates that GPU runs; ``source``
@@ -261,17 +274,29 @@ class TableStore:
                 TableReader(table, gpu_key, source or ("predicted" if is_predicted(table) else "table"))
         return reader
 
-    def own_view(self, gpu_key: str, dtype: str, method: str = DEFAULT_METHOD) -> tuple[DispatchTable, int] | None:
-        """The GPU's own table and the view of it that ``select`` answers from, for a caller that reads
-        picks with ``DispatchTable.pick`` (the runtime's new shapes, M >= 1): ``select``'s answer for
-        every (m, n) is then ``table.candidates[table.pick(m, n, view)]``, or the fallback where it is
-        None. None where ``select`` answers otherwise (no own table: a donor's or the fallback; no
-        view for this GPU's kernels). Valid while ``generation`` is unchanged."""
-        table = self._table((gpu_key, dtype, method))
-        if table is None:
+    def answering_view(self, gpu_key: str, dtype: str,
+                       method: str = DEFAULT_METHOD) -> tuple[DispatchTable, int] | None:
+        """The table that ``select`` answers ``gpu_key`` from (its own; else the one it borrows: a
+        twin's prediction or a donor's, ``_borrowed``) and the view of it, for a caller that reads picks
+        with ``DispatchTable.pick`` (the runtime's new shapes, M >= 1): ``select``'s answer for every
+        (m, n) is then ``table.candidates[table.pick(m, n, view)]``, or the fallback where it is None.
+        None where ``select`` answers otherwise (no table: the fallback; no view of exactly this GPU's
+        kernels). Valid while ``generation`` is unchanged."""
+        answering = self.answering_table(gpu_key, dtype, method)
+        if answering is None:
             return None
-        reader = self._reader(table, gpu_key, None)
-        return None if reader.runnable is not None else (table, reader.view)
+        reader = self._reader(*answering)
+        return None if reader.runnable is not None else (answering[0], reader.view)
+
+    def answering_table(self, gpu_key: str, dtype: str,
+                        method: str = DEFAULT_METHOD) -> tuple[DispatchTable, str, str | None] | None:
+        """(table, gpu_key, source) of the table ``select`` answers ``gpu_key`` from: its own (source
+        None), else the one it borrows (``_borrowed``); None where it has neither (the fallback)."""
+        own = self._table((gpu_key, dtype, method))
+        if own is not None:
+            return own, gpu_key, None
+        borrowed = self._borrowed(gpu_key, dtype, method)
+        return None if borrowed is None else (borrowed[0], gpu_key, borrowed[1])
 
 
 def is_predicted(table: DispatchTable) -> bool:

@@ -256,7 +256,7 @@ def planned(fake_cuda, monkeypatch):
     monkeypatch.setattr(runtime, "_dispatch", module.dispatch)
     monkeypatch.setattr(runtime, "_native_failed", [])
     store = default_store()
-    table, view = store.own_view("h100", "fp32")
+    table, view = store.answering_view("h100", "fp32")
     picker = [store, store.generation, table, view, [None] * (len(table.candidates) + 1), None]
     monkeypatch.setattr(runtime, "_pickers", {(-1, "fp32"): picker})
     fake_cuda.module, fake_cuda.picker = module, picker
@@ -380,3 +380,18 @@ def test_softmax_traces_as_one_custom_op_under_torch_compile():
     assert torch.allclose(compiled(x), torch.softmax(x * 2.0, -1) + 1.0)
     assert "torch.ops.autotuner.softmax" in graphs[0].code
     assert torch.allclose(torch.ops.autotuner.softmax(x, 0), torch.softmax(x, 0))
+
+
+def test_a_gpu_without_a_table_of_its_own_picks_from_the_one_it_borrows(monkeypatch):
+    """The H800 has no table of its own and ``select_kernel`` answers it from the H100's: the runtime's
+    picker reads that table and view too, so its new shapes go to a native plan instead of the Python
+    path; the A100 PCIe borrows none (torch.softmax answers), and its picker holds no table."""
+    from autotuner.lookup.select import default_store
+
+    store = default_store()
+    monkeypatch.setattr(runtime, "_pickers", {})
+    monkeypatch.setitem(runtime._gpu_keys, 5, "h800")
+    monkeypatch.setitem(runtime._gpu_keys, 6, "a100-pcie")
+    picker = runtime._picker(5, "fp16", store)
+    assert picker[2] is store.get("h100", "fp16") and (picker[2], picker[3]) == store.answering_view("h800", "fp16")
+    assert runtime._picker(6, "fp16", store)[2] is None

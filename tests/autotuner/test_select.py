@@ -103,6 +103,38 @@ def test_integers_of_any_kind_are_taken_as_their_value():
         store.select(True, 10, "fp32", "h100")
 
 
+def test_the_answering_view_picks_what_select_kernel_answers_on_every_listed_gpu():
+    """``answering_view`` gives the runtime the table and view ``select_kernel`` answers a GPU from, its
+    own or a borrowed one (a donor's measurements, a twin's prediction), so that its native plans pick
+    what the lookup answers: on every GPU model listed, over 400 shapes log-uniform over the domain.
+    The H100's relatives without a table of their own borrow the H100's."""
+    import random
+    import warnings
+
+    from autotuner.lookup.gpu_models import GPU_MODELS
+    from autotuner.lookup.select import default_store, select_kernel
+
+    store, rng = default_store(), random.Random(3)
+    shapes = [(int(2 ** rng.uniform(0, 20)), int(2 ** rng.uniform(0, 24))) for _ in range(400)]
+    for gpu in ("h800", "gh200", "h100-pcie", "h100-nvl"):
+        assert store.answering_table(gpu, "bf16")[0] is store.get("h100", "bf16"), gpu
+    viewed = 0
+    for gpu in sorted(GPU_MODELS):
+        answering = store.answering_view(gpu, "bf16")
+        if answering is None:
+            continue
+        viewed += 1
+        table, view = answering
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a donor's answer says so
+            for m, n in shapes:
+                choice, picked = select_kernel(m, n, "bf16", gpu), table.pick(m, n, view)
+                expected = ("torch_softmax", ()) if picked is None else \
+                    (table.candidates[picked]["variant"], tuple(table.candidates[picked]["config"].items()))
+                assert (choice.variant, choice.config_items) == expected, (gpu, m, n)
+    assert viewed >= 12
+
+
 def test_warm_lookup_is_a_dictionary_probe():
     store = store_with("h100")
     store.select(4096, 50000, "bf16", "h100")

@@ -36,6 +36,11 @@ def test_candidates_are_every_instance_of_the_gpus_tables():
         got = _candidates("h100", dtype)
         assert [(i, v, c) for i, v, c, _ in got] == [(i, c["variant"], c["config"]) for i, c in enumerate(table.candidates)]
     assert _candidates("no_such_gpu", "fp16") == []
+    # a GPU without a table of its own: the instances of the table it borrows that it runs (the H800
+    # answers from the H100's, every kernel of which it runs; the A100 PCIe has no table to borrow)
+    assert [(i, v, c) for i, v, c, _ in _candidates("h800", "fp16")] == \
+        [(i, v, c) for i, v, c, _ in _candidates("h100", "fp16")]
+    assert _candidates("a100-pcie", "fp16") == []
 
 
 def test_warmup_without_a_gpu_is_one_clear_line():
@@ -57,7 +62,7 @@ def test_warmup_reads_the_indexes_that_the_first_requests_would_decode(monkeypat
     monkeypatch.setitem(runtime._gpu_keys, 7, "h100")
     monkeypatch.setattr(runtime, "_build_on", lambda device, variant, config, dtype, n: (variant, config))
     table = select.default_store().get("h100", "bf16")
-    view = select.default_store().own_view("h100", "bf16")[1]
+    view = select.default_store().answering_view("h100", "bf16")[1]
     assert table._partitions[view] == [None, None]
     made = []
     monkeypatch.setattr(runtime, "plan_for", lambda device, dtype: made.append((device, dtype)))
@@ -75,7 +80,7 @@ def test_plan_for_makes_the_plan_only_where_the_module_is_loaded_and_the_gpu_has
     routed = []
     module = types.SimpleNamespace(plan_new=lambda *args: "plan", dispatch_route=lambda *args: routed.append(args[:3]))
     store = default_store()
-    table, view = store.own_view("h100", "fp16")
+    table, view = store.answering_view("h100", "fp16")
     picker = [store, store.generation, table, view, [None] * (len(table.candidates) + 1), None]
     monkeypatch.setattr(runtime, "_pickers", {(0, "fp16"): picker, (1, "fp16"): [store, 0, None, 0, [], None]})
     monkeypatch.setattr(runtime, "_module_loaded", None)
