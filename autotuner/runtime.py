@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from autotuner.domain import MAX_DIM
 from autotuner.lookup import select as _select
 from autotuner.lookup.gpu import normalize_gpu_name
 from autotuner.lookup.select import select_kernel
@@ -330,8 +331,8 @@ def _softmax_impl(x: Any, dim: int) -> Any:
     """The general path: validate, rows to 2-D contiguous, launch on the current stream (CPU tensors,
     dtypes no table is of and calls autograd records: torch.softmax)."""
     dtype, dim = _validate(x, dim)
-    if dtype is None or not x.is_cuda or _needs_autograd(x):
-        return torch.softmax(x, dim=dim)
+    if dtype is None or not x.is_cuda or _needs_autograd(x) or x.numel() // max(x.shape[dim], 1) > MAX_DIM:
+        return torch.softmax(x, dim=dim)  # (past MAX_DIM rows no table answers: torch's)
     last = dim in (-1, x.dim() - 1)
     moved = x if last else x.movedim(dim, -1)
     n = moved.shape[-1]

@@ -525,6 +525,7 @@ def test_dispatch_takes_a_call_to_its_routes_plan_only_while_the_route_holds(bui
             assert torch.equal(got, torch.softmax(rows, -1)), (rows.shape, dim)
         for other, dim in ((x, 0), (x[None], 1), (torch.randn(0, 7), -1),
                            (torch.randn(3, 0), -1), (torch.tensor(1.0), -1), (x.double(), -1), (x.half(), -1),
+                           (torch.zeros(1, 1).expand(2**31, 1), -1),  # more rows than a table answers
                            (torch.nn.Parameter(x), -1), (x, None), ([1.0], -1)):
             assert built.dispatch(other, dim) is None, (other.shape if hasattr(other, "shape") else other, dim)
         current[0] = 0
