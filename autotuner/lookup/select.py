@@ -285,18 +285,19 @@ class TableStore:
         answering = self.answering_table(gpu_key, dtype, method)
         if answering is None:
             return None
-        reader = self._reader(*answering)
-        return None if reader.runnable is not None else (answering[0], reader.view)
+        table, source = answering
+        reader = self._reader(table, gpu_key, source)
+        return None if reader.runnable is not None else (table, reader.view)
 
     def answering_table(self, gpu_key: str, dtype: str,
-                        method: str = DEFAULT_METHOD) -> tuple[DispatchTable, str, str | None] | None:
-        """(table, gpu_key, source) of the table ``select`` answers ``gpu_key`` from: its own (source
-        None), else the one it borrows (``_borrowed``); None where it has neither (the fallback)."""
+                        method: str = DEFAULT_METHOD) -> tuple[DispatchTable, str | None] | None:
+        """(table, source) of the table ``select`` answers ``gpu_key`` from: its own (source None), else
+        the one it borrows (``_borrowed``); None where it has neither (the fallback)."""
         own = self._table((gpu_key, dtype, method))
         if own is not None:
-            return own, gpu_key, None
+            return own, None
         borrowed = self._borrowed(gpu_key, dtype, method)
-        return None if borrowed is None else (borrowed[0], gpu_key, borrowed[1])
+        return None if borrowed is None else borrowed[:2]
 
 
 def is_predicted(table: DispatchTable) -> bool:
