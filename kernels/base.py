@@ -360,13 +360,15 @@ class Variant(ABC):
         return digest
 
     def current_hashes(self) -> frozenset[str]:
-        """Every hash a row of today's code can carry: :meth:`source_hash`, and for a pinned variant
-        the full text's hash as well, which a host whose pin check failed recorded (the H100 domain
-        sweep of 2026-11-25/26, Python 3.12, before ``kernels.source_hash`` read every Python alike)."""
+        """Every hash a row of today's code can carry: :meth:`source_hash`; for a pinned variant the
+        full text's hash as well, which a host whose pin check fails records, and, while the code
+        matches the pin, the pin's ``also_recorded`` hashes (what such a host recorded before a
+        re-pin: the H100 domain sweep of 2026-11-25/26, Python 3.12, before ``kernels.source_hash``
+        read every Python alike)."""
         files = self.source_files()
-        # unpinned, or pinned with changed code, source_hash() is the full text's hash: one element
-        return frozenset({self.source_hash(), hash_files(files)} if files and self.name in _source_hashes.pins() else
-                         {self.source_hash()})
+        if not files or self.name not in _source_hashes.pins():
+            return frozenset({self.source_hash()})  # unpinned: the full text's hash, one element
+        return frozenset({self.source_hash(), hash_files(files), *_source_hashes.also_recorded(self.name, files)})
 
     def source_files(self) -> list[Path]:
         return []

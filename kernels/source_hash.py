@@ -9,6 +9,11 @@ it; CUDA C++ without comments, whitespace collapsed). While a variant's code has
 ``content``, ``Variant.source_hash`` answers the pinned ``recorded`` hash; once the code changes, the
 full-text hash again, and the rows retire as they must.
 
+A pin may also list ``also_recorded``: the full-text hashes a host recorded the pinned code under where
+its pin check failed (the H100 domain sweep of 2026-11-25/26 on Python 3.12, whose ``ast.dump``
+differed). ``Variant.current_hashes`` counts them while the code matches the pin, so a later edit of
+comments or of a pinned variant's code that is re-pinned keeps those rows current too.
+
 ``python scripts/pin_sources.py`` pins every variant as it is now (run it only when the recorded rows
 are of the current code, that is before editing comments); ``--drop NAME`` forgets a variant's pin.
 ``tests/kernels/test_source_pins.py`` fails when a pinned variant's code no longer matches its pin, so a
@@ -91,3 +96,14 @@ def pinned_hash(name: str, paths: list[Path]) -> str | None:
     if pin is None:
         return None
     return pin["recorded"] if content_hash(paths) == pin["content"] else None
+
+
+def also_recorded(name: str, paths: list[Path]) -> tuple[str, ...]:
+    """The pin's ``also_recorded`` hashes while the code matches it (else none): full-text hashes
+    under which a host whose pin check failed recorded rows of the pinned code. A full-text hash
+    names today's code only until the next edit of a comment or of host code; kept in the pin, such
+    rows stay current as long as the rows under ``recorded`` do."""
+    pin = pins().get(name)
+    if pin is None or not pin.get("also_recorded"):
+        return ()
+    return tuple(pin["also_recorded"]) if content_hash(paths) == pin["content"] else ()

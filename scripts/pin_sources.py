@@ -33,7 +33,11 @@ def main(argv: list[str]) -> int:
             files = variant.source_files()
             if files and variant.backend != "external":
                 # source_hash(): the pinned hash while the code matches a pin, else the full-text one
-                current[variant.name] = {"recorded": variant.source_hash(), "content": content_hash(files)}
+                pin = {"recorded": variant.source_hash(), "content": content_hash(files)}
+                kept = current.get(variant.name, {}).get("also_recorded")
+                if kept and pin["recorded"] == current[variant.name]["recorded"]:
+                    pin["also_recorded"] = kept  # rows of the same pinned code, recorded under other hashes
+                current[variant.name] = pin
     PINS_PATH.write_text(json.dumps(dict(sorted(current.items())), indent=1) + "\n")
     print(f"{len(current)} variants pinned in {PINS_PATH.relative_to(Path.cwd()) if PINS_PATH.is_relative_to(Path.cwd()) else PINS_PATH}")
     return 0

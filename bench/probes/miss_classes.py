@@ -1,7 +1,7 @@
 """Diagnostic (CPU): why the shipped tables miss on a shape, from what they were fitted on.
 
 For each asked (GPU, dtype, M, N): the shipped table's pick and predicted time; the neighbours its rule
-weighs (``DispatchTable.neighbours``) with the pick's time there, the fastest candidate there and the
+weighs (``RuleTable.neighbours``, ``autotuner/fit/rule.py``) with the pick's time there, the fastest candidate there and the
 fraction of copy speed each reaches; then the table's measured points within a factor ``--reach`` on
 both axes; then, with ``--anchors DIR``, the peers' times (``peers_<gpu>.csv``) within that reach. A
 pick that is slow at its own neighbours is the rule's miss; a shape without near points, or whose near
@@ -17,6 +17,7 @@ import csv
 import math
 from pathlib import Path
 
+from autotuner.fit.rule import RuleTable
 from autotuner.lookup.select import TableStore, load_shipped_tables
 
 ISSUE_30 = ("h100:fp16:1259:9496", "h200:fp16:1259:9496", "h100:fp32:1048:289393", "h100:fp32:2545:209294",
@@ -49,7 +50,7 @@ def diagnose(store: TableStore, gpu: str, dtype: str, m: int, n: int, reach: flo
     predicted = f"{choice.predicted_us:.1f} us" if choice.predicted_us else "no time"
     lines = [f"{gpu} {dtype} {m}x{n}: {choice.variant}[{choice.config_key}] predicted {predicted} ({choice.source})"]
     exact = {(p["m"], p["n"]): p for p in table.points}
-    for (pm, pn), weight in table.neighbours(m, n):
+    for (pm, pn), weight in RuleTable(table.document).neighbours(m, n):  # the fit's rule, as the index was built
         lines.append(f"  neighbour w={weight:.2f} " + _point_line(table, exact[(pm, pn)], pick))
     near = [p for p in table.points if abs(math.log2(p["m"] / m)) <= math.log2(reach)
             and abs(math.log2(p["n"] / n)) <= math.log2(reach)]

@@ -1,13 +1,20 @@
 """Pinned source hashes (kernels/source_hash.py): comments are free to edit, code changes are not silent."""
 from __future__ import annotations
 
+import gzip
+import json
+import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from kernels import all_variants, get_variant
 from kernels.base import hash_files
 from kernels.source_hash import code_text, content_hash, pinned_hash, pins
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANT_NAMES = {v.name for v in all_variants()}
 
 
 def test_every_pinned_variant_still_has_the_code_of_its_pin():
@@ -114,3 +121,58 @@ def test_rows_under_the_full_text_hash_of_a_pinned_variant_are_current(tmp_path,
     monkeypatch.setattr("kernels.source_hash.pins", lambda: table)
     hashes = Probe().current_hashes()
     assert hashes == ({"r" * 16, hash_files([source])} if pinned else {hash_files([source])})
+
+
+def test_also_recorded_hashes_are_current_only_while_the_code_matches_the_pin(tmp_path, monkeypatch):
+    """A pin's ``also_recorded``: rows a host recorded of the pinned code under another hash (its pin
+    check had failed) stay current after a re-pin, and retire with the code like the others."""
+    source = _write(tmp_path / "k.py", "def f():\n    return 1\n")
+    Probe = _probe_variant("probe_also", source)
+    table = {"probe_also": {"recorded": "r" * 16, "content": content_hash([source]), "also_recorded": ["a" * 16]}}
+    monkeypatch.setattr("kernels.source_hash.pins", lambda: table)
+    assert Probe().current_hashes() == {"r" * 16, "a" * 16, hash_files([source])}
+    _write(source, "def f():\n    return 22\n")
+    assert Probe().current_hashes() == {hash_files([source])}
+
+
+def _recordings_by_gpu() -> dict[str, list[Path]]:
+    """The recordings each GPU's shipped tables were fitted from, as autotuner/tables/README.md's
+    refit commands import them (the paths before its ``autotuner fit --gpu <gpu>`` line)."""
+    text = (ROOT / "autotuner" / "tables" / "README.md").read_text()
+    found: dict[str, list[Path]] = {}
+    rest = text
+    for gpu in re.findall(r"autotuner fit --gpu (\w+) --db", text):
+        before, rest = rest.split(f"autotuner fit --gpu {gpu} --db", 1)
+        found[gpu] = [ROOT / p for p in re.findall(r"((?:tests|bench)/data/[\w.-]+\.json\.gz)", before)]
+    return found
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_every_time_a_shipped_table_holds_has_a_current_row_in_its_recordings(gpu):
+    """A refit from the committed recordings gives the shipped tables again only where the fit still
+    reads the rows they were fitted on: a fit reads a row only under a hash of today's code
+    (``current_hashes``). The H100 domain sweep's Triton rows, recorded under full-text hashes,
+    had silently retired with a host-code edit of their variants: a refit lost 1,534 triton_one_row
+    and 3,054 triton_fused_row rows and its leave-one-out regret rose from 1.013-1.019 to 1.031-1.034."""
+    recordings = _recordings_by_gpu()[gpu]
+    assert recordings and all(path.is_file() for path in recordings), recordings
+    current_hashes: dict[str, frozenset[str]] = {}
+    current: set[tuple[str, str, str, int, int]] = set()  # (variant, config_key, dtype, m, n) of current rows
+    for path in recordings:
+        for run in json.loads(gzip.decompress(path.read_bytes()))["runs"]:
+            if run["gpu"]["key"] != gpu:
+                continue
+            for row in run["measurements"]:
+                candidate = run["candidates"][row["candidate"]]
+                name = candidate["variant"]
+                if name not in current_hashes:
+                    current_hashes[name] = get_variant(name).current_hashes() if name in VARIANT_NAMES else frozenset()
+                if row["status"] == "ok" and candidate["source_hash"] in current_hashes[name]:
+                    current.add((name, candidate["config_key"], row["dtype"], row["m"], row["n"]))
+    for table_path in sorted((ROOT / "autotuner" / "tables").glob(f"{gpu}_*.json")):
+        table = json.loads(table_path.read_text())
+        labels = [(c["variant"], c["config_key"]) for c in table["candidates"]]
+        lost = [(*labels[i], point["m"], point["n"]) for point in table["points"]
+                for i, time in enumerate(point["times"])
+                if time is not None and (*labels[i], table["dtype"], point["m"], point["n"]) not in current]
+        assert not lost, f"{table_path.name}: {len(lost)} times without a current row, e.g. {lost[:3]}"
