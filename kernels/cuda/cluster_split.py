@@ -156,8 +156,6 @@ class ClusterSplitCuda(CudaVariant):
 
 
 def allow_non_portable_cluster(function: Any) -> None:
-    """Let a CuPy kernel compiled with __cluster_dims__ above 8 launch (cuFuncSetAttribute)."""
-    from cupy.cuda import driver
-
-    handle = loader.function_handle(function)
-    driver.funcSetAttribute(handle, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+    """Let a CuPy kernel compiled with __cluster_dims__ above 8 launch, on every device
+    (cuFuncSetAttribute on each device's CUfunction: ``loader.require_attribute``)."""
+    loader.require_attribute(function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)

@@ -115,14 +115,40 @@ def device_limits() -> tuple[int, int, int]:
     return _device_limits(cupy.cuda.Device().id)
 
 
+# id of a compiled kernel (kept for the process by get_function's cache) -> {CU_FUNC_ATTRIBUTE_*: value}
+# that each device's CUfunction of it needs (``require_attribute``)
+_required_attributes: dict[int, dict[int, int]] = {}
+_attributes_set: set[tuple[int, int]] = set()  # (CUfunction, attribute) pairs set so far
+
+
 def function_handle(function: Any) -> int:
-    """The CUfunction of a CuPy kernel (RawModule.get_function returns a RawKernel, whose handle is
-    on ``.kernel``; a cupy.cuda.function.Function has it on ``.ptr``)."""
+    """The CUfunction of a CuPy kernel on the current device (RawModule.get_function returns a
+    RawKernel, whose handle is on ``.kernel``; a cupy.cuda.function.Function has it on ``.ptr``).
+    CuPy loads a kernel's module once per device, so each device has its own CUfunction: the
+    attributes ``require_attribute`` asked for are set on each, the first time it is seen here."""
     inner = getattr(function, "kernel", None)
-    return int(inner.ptr if inner is not None else function.ptr)
+    handle = int(inner.ptr if inner is not None else function.ptr)
+    required = _required_attributes.get(id(function))
+    if required:
+        for attribute, value in required.items():
+            if (handle, attribute) not in _attributes_set:
+                from cupy.cuda import driver
+
+                driver.funcSetAttribute(handle, attribute, value)
+                _attributes_set.add((handle, attribute))
+    return handle
 
 
-_smem_raised: dict[int, int] = {}
+def require_attribute(function: Any, attribute: int, value: int) -> None:
+    """Set a function attribute (cuFuncSetAttribute) on ``function``'s CUfunction of every device it
+    is launched on: now on the current device's, on another device's when ``function_handle`` first
+    meets it. Set on one device's CUfunction alone, a 16-block cluster's launch on a second GPU
+    failed with CUDA_ERROR_INVALID_CLUSTER_SIZE (two H200s, 2026-11-27)."""
+    _required_attributes.setdefault(id(function), {})[attribute] = value
+    function_handle(function)
+
+
+_smem_raised: dict[int, int] = {}  # CUfunction -> dynamic shared memory its limit was raised to
 DEFAULT_SMEM_LIMIT = 48 * 1024  # bytes of shared memory per block (static + dynamic) without the opt-in
 
 
@@ -134,14 +160,18 @@ def needs_smem_opt_in(static_smem: int, dynamic_smem: int) -> bool:
 
 
 def set_dynamic_smem(function: Any, dynamic_smem: int) -> None:
-    """Raise the kernel's dynamic shared-memory limit where a launch needs more than the default.
-    What was set is remembered per kernel, so a launch does not query the driver each time."""
-    if not dynamic_smem or _smem_raised.get(id(function), 0) >= dynamic_smem:
+    """Raise the kernel's dynamic shared-memory limit where a launch needs more than the default, on
+    the current device (the limit is per CUfunction, and each device has its own). What was set is
+    remembered per CUfunction, so a launch does not query the driver each time."""
+    if not dynamic_smem:
+        return
+    handle = function_handle(function)
+    if _smem_raised.get(handle, 0) >= dynamic_smem:
         return
     if needs_smem_opt_in(int(function.shared_size_bytes), dynamic_smem) and (
             function.max_dynamic_shared_size_bytes < dynamic_smem):
         function.max_dynamic_shared_size_bytes = dynamic_smem
-    _smem_raised[id(function)] = dynamic_smem
+    _smem_raised[handle] = dynamic_smem
 
 
 def resources_of(function: Any, threads: int, dynamic_smem: int = 0, compile_seconds: float | None = None) -> Resources:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kernels.cuda.compiler import (  # noqa: F401 - re-exported
     CUDA_TYPE, DEFAULT_SMEM_LIMIT, SOURCE_DIR, cupy_available, device_limits, function_handle, get_function,
-    needs_smem_opt_in, resources_of, set_dynamic_smem, source_text, toolchain_fingerprint,
+    needs_smem_opt_in, require_attribute, resources_of, set_dynamic_smem, source_text, toolchain_fingerprint,
 )
 from kernels.cuda.launch import (  # noqa: F401 - re-exported
     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, DIRECT_LAUNCH_ENV,

@@ -292,6 +292,56 @@ def test_softmax_of_a_tensor_on_another_device():
         assert y.device == x.device and check_softmax(y, x, "fp32").ok
 
 
+# shapes whose picks span the backends and launch kinds: one row a program (Triton and CUDA), short
+# rows, a cluster a row, a split row with its workspace; each dtype
+TWO_DEVICE_SHAPES = [(4, 4096), (1, 151936), (3, 1 << 20), (16384, 128), (77, 5003), (257, 30522), (2, 1000)]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_new_and_repeated_shapes_on_two_devices_from_either_current_device_and_threads(dtype):
+    """Each device has its own plans, builds and workspaces: x on one device is computed there whatever
+    device is current, a shape first met on one device is new on the other, and two threads, each
+    working on its own device, do not mix them up."""
+    import threading
+
+    import torch
+
+    from autotuner import runtime, softmax
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU")
+    native_before = runtime.native_module() is not None
+    for step in range(2):  # new shapes, then the same shapes again (kept launches)
+        for device, current in ((1, 0), (0, 1), (1, 1)):
+            inputs = [random_input(m + step, n, dtype, device=f"cuda:{device}") for m, n in TWO_DEVICE_SHAPES]
+            with torch.cuda.device(current):
+                outputs = [softmax(x) for x in inputs]
+            for x, y in zip(inputs, outputs):
+                assert y.device == x.device, (x.shape, device, current)
+                result = check_softmax(y, x, dtype)
+                assert result.ok, (tuple(x.shape), device, current, result)
+    failures: list[str] = []
+
+    def work(device: int) -> None:
+        torch.cuda.set_device(device)
+        for i in range(40):
+            m, n = TWO_DEVICE_SHAPES[i % len(TWO_DEVICE_SHAPES)]
+            x = random_input(m + 3 + i // len(TWO_DEVICE_SHAPES), n, dtype, device=f"cuda:{device}")
+            y = softmax(x)
+            if y.device != x.device or not check_softmax(y, x, dtype).ok:
+                failures.append(f"{tuple(x.shape)} on cuda:{device}")
+
+    threads = [threading.Thread(target=work, args=(d,)) for d in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    # a launch the driver refused on the second device would have turned the native path off (and the
+    # Python path would have raised the same error): the module is still on
+    assert not native_before or runtime.native_module() is not None
+
+
 def test_out_of_memory_raises_torchs_error_and_keeps_the_native_path():
     """An output that does not fit: the plan declines (it does not raise from C), the Python path raises
     torch.OutOfMemoryError as torch.softmax would, and the native module stays on for the next call."""

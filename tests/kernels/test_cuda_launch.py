@@ -103,6 +103,27 @@ def test_kernel_launcher_uses_each_devices_function_and_stream(fake_gpu):
     assert handles_streams == [(0xC0DE, 0x5000), (0xC0DF, 0x5001), (0xC0DE, 0x5000)]
 
 
+def test_a_required_attribute_is_set_on_each_devices_function_before_its_first_launch(fake_gpu, monkeypatch):
+    """A 16-block cluster needs CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED on the CUfunction it
+    launches; CuPy loads a module per device, so the CUfunction of a second GPU needs it too (set on
+    the build's device alone, the launch on the second failed with CUDA_ERROR_INVALID_CLUSTER_SIZE)."""
+    from kernels.cuda import compiler
+    from kernels.cuda.cluster_split import CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED as NON_PORTABLE
+    from kernels.cuda.cluster_split import allow_non_portable_cluster
+
+    monkeypatch.setattr(compiler, "_required_attributes", {})
+    monkeypatch.setattr(compiler, "_attributes_set", set())
+    fake_gpu.driver.widths = (8,)
+    allow_non_portable_cluster(fake_gpu.kernel)  # at build, on device 0
+    assert fake_gpu.driver.attributes == {(0xC0DE, NON_PORTABLE): 1}
+    launcher = loader.KernelLauncher(fake_gpu.kernel, (128,), "P")
+    for device in (0, 1, 1, 0):
+        fake_gpu.device[0] = device
+        launcher((16,), 0, 8)
+    assert fake_gpu.driver.attributes == {(0xC0DE, NON_PORTABLE): 1, (0xC0DF, NON_PORTABLE): 1}
+    assert [call[0] for call, _ in fake_gpu.driver.calls] == [0xC0DE, 0xC0DF, 0xC0DF, 0xC0DE]
+
+
 def test_kernel_launcher_opts_into_large_dynamic_shared_memory_once_per_device(fake_gpu):
     launcher = loader.KernelLauncher(fake_gpu.kernel, (512,), "P")
     fake_gpu.driver.widths = (8,)
