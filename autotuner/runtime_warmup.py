@@ -134,7 +134,9 @@ def warmup(gpu: str | None = None, dtypes: tuple[str, ...] = ("fp32", "fp16", "b
     """Compile every kernel instance the ``dtypes`` tables of ``gpu`` (default: the current
     device's) can pick, and (``native``) build the native launch module; a report of what was
     done, how long it took, and what failed (a candidate that does not build is reported, and
-    ``softmax()`` would replace it by torch.softmax, as it does at call time)."""
+    ``softmax()`` would replace it by torch.softmax, as it does at call time). The plans taught and
+    the modules loaded are the current device's: a process serving several GPUs calls it under each
+    (``with torch.cuda.device(i)``); the compiles are shared."""
     import torch
 
     from autotuner import runtime
