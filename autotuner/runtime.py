@@ -1,40 +1,28 @@
 """``softmax(x, dim=-1)``: run the kernel the dispatch table picks for this GPU and shape.
 
-Host time is the point here: a small softmax takes a few microseconds of GPU time, and inference
-runtimes meet new shapes on most calls (growing key lengths, continuous batching), so a new shape
-must cost arithmetic, never a compile or a recording.
+Host time is the point: a small softmax takes a few microseconds of GPU time, and inference runtimes
+meet new shapes on most calls, so a new shape must cost arithmetic, never a compile or a recording.
 
-- Kernel instances: one build per (variant, config, dtype) (``build_for``), compiled on first use or
-  by ``autotuner.warmup``; a build launches every (M, N) its config admits (``kernels.base.Build``).
-- A new shape of a CUDA tensor (rows of its last dim, any rank) goes to the native plan of its device and
-  dtype (``kernels/native``: the index of the table ``select_kernel`` answers the GPU from, its own
-  or a borrowed one (``TableStore.answering_view``), as ``DispatchTable.native_index`` gives
-  it, and per candidate the launches it was taught): one C call picks, works out the launch by the
-  build's ``NativeRule``, allocates the output and launches (a torch_softmax pick, the fallback's
-  too, is ``at::softmax``; long_split's launches get the plan's own workspace of their stream and S).
-  Where it cannot (no launch taught for the pick and N's class yet, a pick without a rule), it
-  answers the candidate it picked, and the Python side picks again (the tables may have changed meanwhile) and takes the
-  pick's instance (``_instance``), its launch for (M, N)
-  (``Build.native``), issues it through the native module's ``run`` and teaches it to the plan.
-  A torch_softmax pick calls ``torch.softmax`` itself (``Build.apply``).
-- Recent shapes: the native launch of the last calls the plan cannot launch (or, for a torch_softmax pick, its ``apply``)
-  is kept per (device, shape, dtype), at most ``RECENT_SHAPES`` of them (the oldest quarter dropped
-  when full), so a repeated shape costs one dict probe and that C call. An entry is used only while
-  its device is current, on its stream where it holds a stream's buffer, and while its guard holds
-  (no Triton launch hook). Entries hold only ints, bytes and plain tuples (guards and applies by
-  number, ``_callables``), so the garbage collector stops tracking them: thousands of kept shapes
-  add nothing to the full collections that would otherwise pause the process.
-- The Python path: where the module is not built (yet: it builds in the background on first use),
-  the instance has no native description for (M, N), or the pointers are not 16-byte aligned, the
-  call allocates with torch and calls the build's ``launch``. Same result, more host time.
-- Everything else (another dim or rank, a non-contiguous tensor, M or N = 0, CPU tensors) goes
-  through ``_softmax_impl``: validate, lay the rows out as a 2-D contiguous tensor, launch. CPU
-  tensors are handed to ``torch.softmax`` (no kernel of ours runs there).
+- Kernel instances: one build per (variant, config, dtype) and kind of device (``build_for``),
+  compiled on first use or by ``autotuner.warmup``; a build launches every (M, N) its config admits.
+- A new shape of a CUDA tensor (rows of its last dim, any rank) goes to its device and dtype's native
+  plan (``kernels/native``: the index of the table ``select_kernel`` answers the GPU from, and per
+  candidate the launches it was taught): one C call picks, works out the launch (``NativeRule``),
+  allocates and launches (a torch_softmax pick is ``at::softmax``). Where it cannot (no launch taught
+  for the pick and N's class yet, no rule), it answers its pick; the Python side picks again, takes
+  the instance (``_instance``) and its launch (``Build.native``), issues it through the native
+  ``run`` and teaches it to the plan. A torch_softmax pick calls ``Build.apply``.
+- Recent shapes: what the plan cannot launch is kept per (device, shape, dtype), at most
+  ``RECENT_SHAPES`` (the oldest quarter dropped when full), used while its device is current, on its
+  stream where it holds a stream's buffer, and while its guard holds (no Triton launch hook). Entries
+  hold only ints, bytes and plain tuples (``_callables`` by number): the collector does not track them.
+- The Python path (no native module yet, no native description, pointers not 16-byte aligned):
+  allocate with torch, call the build's ``launch``. Anything else (another dim, M or N = 0, CPU
+  tensors) goes through ``_softmax_impl``; CPU tensors are ``torch.softmax``'s.
 
-Every cache here is bounded by the kernel instances (builds, GPU keys per device, pickers and plans
-per device and dtype, a plan's launches per candidate and class of N) or by ``RECENT_SHAPES``, never
-by the shapes met. ``torch.compile`` sees ``torch.ops.autotuner.softmax``,
-a custom op whose body is the same path.
+Every cache is bounded by the kernel instances (builds, GPU keys, pickers and plans per device and
+dtype, a plan's launches per candidate and class of N) or by ``RECENT_SHAPES``, never by the shapes
+met. ``torch.compile`` sees ``torch.ops.autotuner.softmax``, a custom op whose body is this path.
 """
 from __future__ import annotations
 
@@ -55,8 +43,8 @@ from kernels.registry import native_rule, plan_rule
 
 RECENT_SHAPES = 16384  # launches kept for repeated shapes (a bounded memo, its oldest quarter dropped when full; about 0.5 kB each)
 
-# (variant, config items, dtype) -> build: bounded by the tables' candidates
-_builds: dict[tuple[str, tuple, str], Any] = {}
+# (variant, config items, dtype, _device_kind) -> build: bounded by the tables' candidates x kinds of device
+_builds: dict[tuple[str, tuple, str, tuple], Any] = {}
 # (device index, (M, N), torch dtype) -> (native launch, stream it is bound to or None, number of its
 # guard or -1, number of its apply or -1): a pick with an ``apply`` (torch_softmax) keeps it alone,
 # launch None. Probed with x.shape (a torch.Size hashes and compares as the plain tuple).
@@ -100,7 +88,8 @@ def build_for(variant_name: str, config: dict[str, Any], dtype: str, n: int | No
     warning."""
     from kernels import KernelConfig, get_variant
 
-    key = (variant_name, tuple(config.items()), dtype)
+    key = (variant_name, tuple(config.items()), dtype,
+           _device_kind(torch.cuda.current_device() if torch.cuda.is_available() else -1))
     build = _builds.get(key)
     if build is None:
         with _lock:
@@ -140,7 +129,7 @@ def _instance(device: int, m: int, n: int, dtype: str) -> tuple[Any, int, Any]:
     table = picker[2]
     if table is None:
         choice = select_kernel(m, n, dtype, gpu=_gpu_key(device))
-        build = _builds.get((choice.variant, choice.config_items, dtype))
+        build = _builds.get((choice.variant, choice.config_items, dtype, _device_kind(device)))
         return None, -2, build or _build_on(device, choice.variant, choice.config, dtype, n)
     picked = table.pick(m, n, picker[3])
     candidate = -1 if picked is None else picked  # the last slot: the fallback's
@@ -186,6 +175,23 @@ def plan_for(device: int, dtype: str) -> Any:
     if module is None or picker is None or picker[2] is None:
         return None
     return _plan_of(picker, device, dtype, module)
+
+
+_device_kinds: dict[int, tuple[int, ...]] = {}  # device index -> _device_kind
+
+
+def _device_kind(device: int) -> tuple[int, ...]:
+    """What a build's launches read of its device (compute capability, SMs, threads per SM; () without
+    CUDA). Builds are kept per kind: a split sized to be all resident on one GPU would wait forever
+    for blocks that never start on a GPU of fewer SMs (an H100 PCIe reads the SXM's table)."""
+    kind = _device_kinds.get(device)
+    if kind is None:
+        if device < 0 or not torch.cuda.is_available():
+            return ()
+        props = torch.cuda.get_device_properties(device)
+        kind = _device_kinds[device] = (props.major, props.minor, props.multi_processor_count,
+                                        props.max_threads_per_multi_processor)
+    return kind
 
 
 def _build_on(device: int, variant: str, config: dict[str, Any], dtype: str, n: int) -> Any:
@@ -285,12 +291,7 @@ def _launch(device: int, rows: Any, dtype: str) -> Any:
         return build.apply(rows)
     if _current_device() != device:  # kernel handles and the stream are the current device's
         with torch.cuda.device(device):
-            return _launch_current(device, rows, build, shape, picker, candidate)
-    out = _launch_native(device, rows, build, shape, picker, candidate)  # _launch_current's body, one call fewer
-    return out if out is not None else _launch_python(rows, build)
-
-
-def _launch_current(device: int, rows: Any, build: Any, shape: Any, picker: Any, candidate: int) -> Any:
+            return _launch(device, rows, dtype)  # picked again there: a rare path
     out = _launch_native(device, rows, build, shape, picker, candidate)
     return out if out is not None else _launch_python(rows, build)
 

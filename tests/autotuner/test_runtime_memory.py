@@ -95,7 +95,7 @@ def test_the_runtimes_picks_are_select_kernels_and_follow_a_change_of_tables(mon
                 choice = select.select_kernel(m, n, dtype, gpu=gpu)
                 got = runtime.instance_for(device, m, n, dtype)
                 if gpu == "a10":
-                    runtime._builds[(choice.variant, choice.config_items, dtype)] = got
+                    runtime._builds[(choice.variant, choice.config_items, dtype, runtime._device_kind(device))] = got
                 assert got == (choice.variant, choice.config_items), (gpu, dtype, m, n)
     assert len(runtime._pickers) == 9 and runtime._pickers[(2, "fp16")][2] is None
     store = select.default_store()
@@ -104,3 +104,21 @@ def test_the_runtimes_picks_are_select_kernels_and_follow_a_change_of_tables(mon
     store.add(table)  # the tables change (a refit): the picker is made again
     runtime.instance_for(0, 3, 5000, "fp16")
     assert runtime._pickers[(0, "fp16")] is not before and runtime._pickers[(0, "fp16")][1] == store.generation
+
+
+def test_builds_are_kept_per_kind_of_device(monkeypatch):
+    """Two GPUs of one model share their builds; a GPU of another kind (fewer SMs: an H100 PCIe beside
+    an SXM answers from the same table) gets its own, since a split's launches are sized by the SMs of
+    the device its build was made on."""
+    device = [0]
+    kinds = {0: (9, 0, 132, 2048), 1: (9, 0, 132, 2048), 2: (9, 0, 114, 2048)}
+    monkeypatch.setattr(runtime, "_builds", {})
+    monkeypatch.setattr(runtime.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(runtime.torch.cuda, "current_device", lambda: device[0])
+    monkeypatch.setattr(runtime, "_device_kind", kinds.__getitem__)
+    builds = []
+    for index in (0, 1, 2, 0):
+        device[0] = index
+        builds.append(runtime.build_for("torch_softmax", {}, "fp32", 10))
+    assert builds[0] is builds[1] is builds[3] and builds[2] is not builds[0]
+    assert len(runtime._builds) == 2
