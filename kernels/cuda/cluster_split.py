@@ -25,6 +25,7 @@ from kernels.cuda.loader import CUDA_TYPE
 from kernels.cuda.two_pass import MAX_GRID_X, VECTOR_BYTES, vector_width
 
 PORTABLE_CLUSTER = 8
+LONE_SHARE_KB = 128  # a block with more shared memory than this is alone on its SM (228 KB on Hopper)
 STATIC_SMEM_RESERVE = 1024  # the reductions' static scratch, rounded up (for ``requirements``)
 CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # cuda.h, CUDA 12 and 13
 
@@ -71,6 +72,11 @@ class ClusterSplitCuda(CudaVariant):
     # (16, 256, 8, 96) and (16, 512, 8, 64) hold rows of 2 MB in 16 blocks (fp32 N = 524288, 16-bit
     # N = 1048576), half in shared memory: many such rows (fp32 128x524288) ran at 0.73 of copy split
     # over CTAs by cuda_long_split, 1.23x QuACK's time (one 16-block cluster a row), H100 2026-11-25.
+    # (16, 512, 8, 160), the same kernel with 160 KB of shared memory, holds rows of 3.5 MB (fp32
+    # N = 917504, 16-bit N = 1835008; one block an SM): past 2 MB the rows went to cuda_long_split,
+    # which reads a row twice. H100 (bench/data/cluster_rows_h100.json.gz): at M = 128-256 fp32
+    # 0.77-0.93x long_split's time, 16-bit 0.88x at 1310720, a tie beyond; at M <= 4 1.2-2x slower,
+    # left to long_split by the fit. (16, 256, 8, 192), recorded beside it, was never the faster.
     CONFIGS: ClassVar[tuple[tuple[int, int, int, int], ...]] = (
         (8, 128, 4, 0), (8, 256, 4, 0), (8, 512, 4, 0), (8, 256, 8, 0), (8, 512, 8, 0), (8, 512, 8, 64),
         (8, 256, 8, 32), (8, 256, 8, 96),
@@ -78,7 +84,7 @@ class ClusterSplitCuda(CudaVariant):
         (2, 512, 8, 0), (2, 512, 8, 64),
         (16, 256, 8, 0), (16, 256, 8, 32), (16, 128, 8, 32),
         (8, 128, 2, 0), (16, 128, 2, 0), (16, 128, 4, 0), (16, 256, 2, 0), (16, 256, 4, 0), (16, 512, 4, 0),
-        (16, 256, 8, 96), (16, 512, 8, 64),
+        (16, 256, 8, 96), (16, 512, 8, 64), (16, 512, 8, 160),
     )
 
     def available(self) -> Support:
@@ -117,9 +123,12 @@ class ClusterSplitCuda(CudaVariant):
         # a registers-only config where a quarter of its slots are used (smaller configs serve
         # shorter rows with fewer idle threads). The quarter itself is admitted: it is a grid N
         # (capacities are powers of two), and a config measured there is judged on all of its
-        # neighbours when the fit predicts the next N up (CHANGELOG.md, 2026-11-24).
-        regs_only = row_capacity(cluster, block, packs, 0, dtype)
-        n_min = regs_only + 1 if smem_kb else cap // 4
+        # neighbours when the fit predicts the next N up (CHANGELOG.md, 2026-11-24). A share past
+        # LONE_SHARE_KB (one block an SM) starts where the largest smaller share of its kernel no longer
+        # holds the row: below, it would launch the same kernel with the same shared memory (sized from N).
+        below = max((s for c, b, p, s in self.CONFIGS if (c, b, p) == (cluster, block, packs) and s < smem_kb),
+                    default=0) if smem_kb > LONE_SHARE_KB else 0
+        n_min = row_capacity(cluster, block, packs, below, dtype) + 1 if smem_kb else cap // 4
         return {"n_min": n_min, "n_max": cap, "m_max": MAX_GRID_X // cluster}
 
     def requirements(self, config: KernelConfig, dtype: str) -> dict[str, int]:
