@@ -137,8 +137,10 @@ def test_also_recorded_hashes_are_current_only_while_the_code_matches_the_pin(tm
 
 def _recordings_by_gpu() -> dict[str, list[Path]]:
     """The recordings each GPU's shipped tables were fitted from, as autotuner/tables/README.md's
-    refit commands import them (the paths before its ``autotuner fit --gpu <gpu>`` line)."""
-    text = (ROOT / "autotuner" / "tables" / "README.md").read_text()
+    refit commands import them (the paths in the command lines, indented, before its ``autotuner fit
+    --gpu <gpu>`` line; the prose names them too)."""
+    lines = (ROOT / "autotuner" / "tables" / "README.md").read_text().splitlines()
+    text = "\n".join(line for line in lines if line.startswith("    "))
     found: dict[str, list[Path]] = {}
     rest = text
     for gpu in re.findall(r"autotuner fit --gpu (\w+) --db", text):
@@ -176,3 +178,12 @@ def test_every_time_a_shipped_table_holds_has_a_current_row_in_its_recordings(gp
                 for i, time in enumerate(point["times"])
                 if time is not None and (*labels[i], table["dtype"], point["m"], point["n"]) not in current]
         assert not lost, f"{table_path.name}: {len(lost)} times without a current row, e.g. {lost[:3]}"
+
+
+def test_the_recordings_predictions_read_are_those_the_shipped_tables_are_fitted_from():
+    """``autotuner predict`` and the quick sweep read ``RECORDINGS``; the measured tables are fitted from
+    the README's refit commands. The cluster rows of 4bf0215 went into the H100 refit and not into
+    ``RECORDINGS``, so the predicted tables no longer came from the recordings the README names."""
+    from autotuner.fit.samples import RECORDINGS
+
+    assert {gpu: [ROOT / p for p in paths] for gpu, paths in RECORDINGS.items()} == _recordings_by_gpu()
