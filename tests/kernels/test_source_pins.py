@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from autotuner.fit.samples import recording_paths
 from kernels import all_variants, get_variant
 from kernels.base import hash_files
 from kernels.source_hash import code_text, content_hash, pinned_hash, pins
@@ -156,7 +157,7 @@ def test_every_time_a_shipped_table_holds_has_a_current_row_in_its_recordings(gp
     (``current_hashes``). The H100 domain sweep's Triton rows, recorded under full-text hashes,
     had silently retired with a host-code edit of their variants: a refit lost 1,534 triton_one_row
     and 3,054 triton_fused_row rows and its leave-one-out regret rose from 1.013-1.019 to 1.031-1.034."""
-    recordings = _recordings_by_gpu()[gpu]
+    recordings = recording_paths(ROOT, [gpu])  # the README's refit imports (the test below)
     assert recordings and all(path.is_file() for path in recordings), recordings
     current_hashes: dict[str, frozenset[str]] = {}
     current: set[tuple[str, str, str, int, int]] = set()  # (variant, config_key, dtype, m, n) of current rows
@@ -186,4 +187,4 @@ def test_the_recordings_predictions_read_are_those_the_shipped_tables_are_fitted
     ``RECORDINGS``, so the predicted tables no longer came from the recordings the README names."""
     from autotuner.fit.samples import RECORDINGS
 
-    assert {gpu: [ROOT / p for p in paths] for gpu, paths in RECORDINGS.items()} == _recordings_by_gpu()
+    assert {gpu: recording_paths(ROOT, [gpu]) for gpu in RECORDINGS} == _recordings_by_gpu()
