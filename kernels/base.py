@@ -15,7 +15,9 @@ Contracts, for every variant:
 - ``supports`` is cheap and never compiles: it is how the sweep skips candidates before building.
 - ``min_arch`` (compute capability x 10) is the oldest architecture the variant runs on, and
   ``requirements`` states it with the config's shared-memory and cluster needs as plain data, so
-  that a dispatch table offers a kernel only to GPUs that can run it (``autotuner/lookup/gpu_models.py``).
+  that a dispatch table offers a kernel only to GPUs that can run it (``autotuner/lookup/gpu_models.py``);
+  a config that spills registers on newer architectures also states the newest it is offered to
+  (``max_arch``).
 """
 from __future__ import annotations
 
@@ -304,7 +306,8 @@ class Variant(ABC):
     def requirements(self, config: KernelConfig, dtype: str) -> dict[str, int]:
         """What a GPU needs to run one config, as plain data for the dispatch table: ``min_arch``
         always; ``smem_per_block`` (bytes of shared memory one block may ask for, at the config's
-        longest row) and ``cluster`` (blocks per thread-block cluster) where the config needs them."""
+        longest row) and ``cluster`` (blocks per thread-block cluster) where the config needs them;
+        ``max_arch`` where the config is not offered past an architecture (it spills there)."""
         return {"min_arch": int(self.min_arch)}
 
     def available(self) -> Support:

@@ -1,34 +1,62 @@
 #!/usr/bin/env bash
-# On the lent GPU (through scripts/device_run.sh): optionally the GPU suite, then the default domain sweep
-# (`autotuner sweep`, --grid domain) on top of every H100 recording the shipped tables are fitted from
-# (bench/data/sources.json's "recordings"), so that it measures only what they lack (new configs,
-# new refinement points), within SWEEP_BUDGET; then the H100 tables fitted from all of it, stored in the
-# database (AUTOTUNER_DB=/tmp/h100_domain.sqlite makes later commands on the same warm machine use them)
-# and written to $OUT/tables. Outputs in $OUT: gpu_tests.log (TESTS_TIMEOUT > 0 only), domain_sweep.log,
-# h100_domain_new.json.gz (an `autotuner export` of this sweep's runs only), tables/, fit.log.
-# Usage: bash scripts/device_run.sh bash scripts/device_domain_update.sh   (env: TESTS_TIMEOUT (default 0:
-# no tests; the suite takes about 3 min with -n 4), SWEEP_BUDGET (default 200s))
+# On the lent GPU (through scripts/device_run.sh): optionally the GPU suite, then sweeps on top of every
+# recording the GPU's shipped tables are fitted from (bench/data/sources.json's "recordings"), so that
+# they measure only what those lack (new configs, new points), then the GPU's tables fitted from all of it.
+# The GPU is the lent one (GPU=h100|h200 overrides), so the same call serves an H100 or an H200.
+#   1. SHORT_ROWS=1 only: the short-row lattice (M 16384, 262144 x N 32-1024) of
+#      cuda_short_rows and torch_softmax, then cuda_warp_row and triton_one_row with the time left
+#      (SHORT_MAIN, SHORT_PEERS: budgets, default 130s and 50s), as scripts/device_short_rows.sh;
+#   2. the default domain sweep (`autotuner sweep`, --grid domain) within SWEEP_BUDGET (default 200s);
+#   3. FIT=1 (default): `autotuner fit --replace-worse` into the database (AUTOTUNER_DB=/tmp/<gpu>_domain.sqlite
+#      makes later commands on the same warm machine use the tables) and to $OUT/tables;
+#   4. PICK_PAIRS=1 only: the picks the refit changed against the shipped tables (bench.probes.changed_picks:
+#      the held-out domain set and 100 of those among 9,000 random shapes), timed side by side
+#      (bench.probes.pick_pairs, within PAIRS_BUDGET seconds, default 90).
+# DTYPES (default "fp32,fp16,bf16") narrows every step: the sweeps, the fit and the pick pairs.
+# Outputs in $OUT: gpu.txt, gpu_tests.log (TESTS_TIMEOUT > 0 only; the suite takes about 3 min with
+# -n 4), short_rows.log, domain_sweep.log, <gpu>_update_new.json.gz (an `autotuner export` of this
+# call's runs only), tables/, fit.log, pick_pairs.json, pick_pairs_<gpu>.csv, pick_pairs.log.
+# Usage: bash scripts/device_run.sh bash scripts/device_domain_update.sh
 set -uo pipefail
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+gpu=${GPU:-$(python -c "from autotuner.lookup.gpu import current_gpu_key; print(current_gpu_key())")}
+echo "gpu key: $gpu" | tee -a "$out/gpu.txt"
 if [ "${TESTS_TIMEOUT:-0}" -gt 0 ]; then
   started=$(date +%s)
   timeout "$TESTS_TIMEOUT" python -m pytest -q -m gpu tests -p no:cacheprovider -rfEs -n 4 --dist loadfile >"$out/gpu_tests.log" 2>&1
   echo "gpu tests: rc=$? in $(( $(date +%s) - started )) s" | tee -a "$out/gpu_tests.log"
   grep -E "passed|failed" "$out/gpu_tests.log" | tail -n 3
 fi
-db=/tmp/h100_domain.sqlite
+dtypes=${DTYPES:-fp32,fp16,bf16}
+db=/tmp/${gpu}_domain.sqlite
 rm -f "$db"
-for f in $(python -c "import json; print(' '.join(json.load(open('bench/data/sources.json'))['h100']['recordings']))"); do  # the shipped tables' recordings
+recordings=$(python -c "import json, sys; print(' '.join(json.load(open('bench/data/sources.json'))[sys.argv[1]]['recordings']))" "$gpu") \
+  || { echo "no recordings listed for $gpu in bench/data/sources.json" >&2; exit 2; }
+for f in $recordings; do  # the shipped tables' recordings
   python -m autotuner import "$f" --db "$db" | tail -n 1
 done
 first_new_run=$(python -c "import sqlite3; print(sqlite3.connect('$db').execute('select coalesce(max(id),0)+1 from sweep_runs').fetchone()[0])")
+if [ "${SHORT_ROWS:-0}" = 1 ]; then
+  started=$(date +%s)
+  lattice=(--gpu "$gpu" --db "$db" --dtype "$dtypes" --m 16384,262144 --n 32,50,64,100,128,200,256,333,512,768,1000,1024 --time-cap 0.1)
+  python -m autotuner sweep "${lattice[@]}" --variant cuda_short_rows --variant torch_softmax --budget "${SHORT_MAIN:-130s}" >"$out/short_rows.log" 2>&1
+  python -m autotuner sweep "${lattice[@]}" --variant cuda_warp_row --variant triton_one_row --budget "${SHORT_PEERS:-50s}" >>"$out/short_rows.log" 2>&1
+  echo "short-row lattice: rc=$? in $(( $(date +%s) - started )) s" | tee -a "$out/short_rows.log"
+fi
 started=$(date +%s)
-python -m autotuner sweep --gpu h100 --db "$db" --budget "${SWEEP_BUDGET:-200s}" >"$out/domain_sweep.log" 2>&1
+python -m autotuner sweep --gpu "$gpu" --db "$db" --dtype "$dtypes" --budget "${SWEEP_BUDGET:-200s}" >"$out/domain_sweep.log" 2>&1
 echo "domain sweep: rc=$? in $(( $(date +%s) - started )) s (budget ${SWEEP_BUDGET:-200s})" | tee -a "$out/domain_sweep.log"
 tail -n 4 "$out/domain_sweep.log" | cut -c1-300
 new_runs=$(python -c "import sqlite3; print(' '.join(f'--run {r}' for (r,) in sqlite3.connect('$db').execute('select id from sweep_runs where id >= $first_new_run')))")
-python -m autotuner export "$out/h100_domain_new.json.gz" --db "$db" --gpu h100 $new_runs 2>&1 | tail -n 2
-python -m autotuner fit --gpu h100 --db "$db" --export "$out/tables" >"$out/fit.log" 2>&1
+python -m autotuner export "$out/${gpu}_update_new.json.gz" --db "$db" --gpu "$gpu" $new_runs 2>&1 | tail -n 2
+[ "${FIT:-1}" = 1 ] || exit 0
+python -m autotuner fit --gpu "$gpu" --db "$db" --dtype "$dtypes" --replace-worse --export "$out/tables" >"$out/fit.log" 2>&1
 echo "fit: rc=$?"; tail -n 8 "$out/fit.log"
+[ "${PICK_PAIRS:-0}" = 1 ] || exit 0
+python -m bench.probes.changed_picks --gpu "$gpu" --dtypes "$dtypes" --before autotuner/tables --after "$out/tables" \
+  --out "$out/pick_pairs.json" 2>&1 | tee "$out/pick_pairs.log"
+python -m bench.probes.pick_pairs "$out/pick_pairs.json" --out "$out/pick_pairs_${gpu}.csv" --budget-s "${PAIRS_BUDGET:-90}" \
+  >>"$out/pick_pairs.log" 2>&1
+tail -n 1 "$out/pick_pairs.log"

@@ -3,7 +3,7 @@ figures a performance model scales with (``autotuner/fit/perfmodel.py``).
 
 Pure data, no GPU library. Keys are ``autotuner.lookup.gpu.normalize_gpu_name``'s. A kernel is offered to a
 GPU only if the GPU meets every requirement the table's candidate carries (``kernels.base.Variant.
-requirements``: ``min_arch``, ``smem_per_block``, ``cluster``): :func:`runs_on`.
+requirements``: ``min_arch``, ``max_arch``, ``smem_per_block``, ``cluster``): :func:`runs_on`.
 
 Sources. Per compute capability (``ARCH_LIMITS``), the CUDA C++ Programming Guide, "Features and
 Technical Specifications", table "Technical Specifications per Compute Capability": shared memory
@@ -108,7 +108,7 @@ def gpu_spec(key: str) -> GpuSpec | None:
 
 def runs_on(requirements: Mapping[str, int], spec: GpuSpec) -> bool:
     """Whether a GPU of ``spec`` meets a candidate's requirements (see the module docstring)."""
-    if spec.compute_capability < requirements.get("min_arch", 0):
+    if not requirements.get("min_arch", 0) <= spec.compute_capability <= requirements.get("max_arch", spec.compute_capability):
         return False
     if requirements.get("smem_per_block", 0) > spec.smem_per_block:
         return False

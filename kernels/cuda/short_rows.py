@@ -31,16 +31,23 @@ MAX_GRID_X = 2**31 - 1
 # capacity-32 group leaves half its lanes or more idle (fp16 1048576x16 ran at 0.55 of copy with
 # (4, 8, 1) in the H100 domain bench, 2026-11-25). One lane a row, (1, 8 | 16, 1), spills 8-12 B
 # at the 56 registers the launch bounds allow its 16-bit instances (nvcc 13.0), so it is not offered.
+# Fewer lanes with 32 elements each, (2 | 4 | 8, 32, 1) at capacities 64-256: at 16-bit N = 160-200
+# (8, 32, 1) ran at 0.86-0.92 of copy where (16, 16, 1) ran at 0.72-0.79 (H200, M 65536-400000,
+# bench.probes.variant_configs, 2026-11-28): half the shuffle steps and twice the bytes in flight a lane.
 SHAPES: tuple[tuple[int, int, int], ...] = (
     (2, 8, 1),
     (2, 16, 1), (4, 8, 1),
-    (4, 16, 1), (8, 8, 1),
-    (8, 16, 1), (16, 8, 1),
-    (16, 16, 1), (32, 8, 1),
+    (4, 16, 1), (8, 8, 1), (2, 32, 1),
+    (8, 16, 1), (16, 8, 1), (4, 32, 1),
+    (16, 16, 1), (32, 8, 1), (8, 32, 1),
     (16, 32, 1), (32, 16, 1),
     (32, 32, 1),
 )
 SMALLEST_CAPACITY = 32  # configs up to this capacity admit every N from 1 (see ``constraints``)
+# (lanes, elems) whose 16-bit instances spill on sm_100 at the 64 registers the launch bounds allow
+# (nvcc 13.0: fp16 24-56 bytes, bf16 (2 | 4, 32) 12-32; none on sm_80, sm_89, sm_90): offered up to
+# sm_90 at 16-bit (``requirements``), one rule for both 16-bit types.
+SPILL_PAST_SM90_16BIT = frozenset({(2, 32), (4, 32), (8, 32)})
 
 
 class ShortRowsCuda(CudaVariant):
@@ -64,6 +71,12 @@ class ShortRowsCuda(CudaVariant):
         capacity = int(config["lanes"]) * int(config["elems"])
         n_min = 1 if capacity <= SMALLEST_CAPACITY else capacity // 4 + 1
         return {"n_min": n_min, "n_max": capacity}
+
+    def requirements(self, config: KernelConfig, dtype: str) -> dict[str, int]:
+        needs = super().requirements(config, dtype)
+        if dtype != "fp32" and (int(config["lanes"]), int(config["elems"])) in SPILL_PAST_SM90_16BIT:
+            needs["max_arch"] = 90
+        return needs
 
     def name_expression(self, config: KernelConfig, dtype: str) -> str:
         vec, items = vec_items(int(config["elems"]), dtype)

@@ -12,7 +12,7 @@ from kernels.base import DTYPES
 from kernels.cuda import loader
 from kernels.cuda.short_rows import ShortRowsCuda
 from kernels.cuda.warp_row import vec_items
-from tests.kernels.test_cuda_compile import NVCC, compile_variant, instances, needs_nvcc
+from tests.kernels.test_cuda_compile import NVCC, compile_variant, instances, needs_nvcc, normalized
 
 VARIANT = ShortRowsCuda()
 
@@ -70,8 +70,31 @@ def test_short_rows_compiles_without_spills_on_more_architectures(arch: int, tmp
     result = compile_variant(VARIANT, arch, tmp_path)
     assert result.ok, result.log[-4000:]
     assert len(result.kernels) == len({expr for expr, _, _ in instances(VARIANT)}), "an instance is missing"
-    spilled = {name: r for name, r in result.kernels.items() if r.spill_stores or r.spill_loads}
-    assert not spilled, f"sm_{arch} spills: {list(spilled)[:5]}"
+    offered = {normalized(expr) for expr, dtype, config in instances(VARIANT)
+               if VARIANT.requirements(config, dtype).get("max_arch", arch) >= arch}
+    spilled = {name: r for name, r in result.kernels.items()
+               if (r.spill_stores or r.spill_loads) and normalized(name).split("(")[0] in offered}
+    assert not spilled, f"sm_{arch} spills in instances offered there: {list(spilled)[:5]}"
+
+
+def test_configs_that_spill_past_sm90_are_offered_up_to_sm90_only() -> None:
+    """The 16-bit (2 | 4 | 8, 32) instances spill on sm_100 (nvcc 13.0): their requirements stop at
+    sm_90, so no table offers them to a B200; every other config and the fp32 ones run anywhere."""
+    from autotuner.lookup.gpu_models import gpu_spec, runs_on
+    from kernels.cuda.short_rows import SPILL_PAST_SM90_16BIT
+
+    h200, b200 = gpu_spec("h200"), gpu_spec("b200")
+    limited = 0
+    for config in VARIANT.all_configs():
+        for dtype in DTYPES:
+            needs = VARIANT.requirements(config, dtype)
+            assert runs_on(needs, h200)
+            if dtype != "fp32" and (int(config["lanes"]), int(config["elems"])) in SPILL_PAST_SM90_16BIT:
+                assert needs["max_arch"] == 90 and not runs_on(needs, b200)
+                limited += 1
+            else:
+                assert "max_arch" not in needs and runs_on(needs, b200)
+    assert limited == 2 * 3 * len(SPILL_PAST_SM90_16BIT)  # two 16-bit dtypes, three launches a shape
 
 
 def test_summary_takes_each_variants_best_config_against_copy_and_torch() -> None:
