@@ -108,7 +108,8 @@ def gpu_spec(key: str) -> GpuSpec | None:
 
 def runs_on(requirements: Mapping[str, int], spec: GpuSpec) -> bool:
     """Whether a GPU of ``spec`` meets a candidate's requirements (see the module docstring)."""
-    if not requirements.get("min_arch", 0) <= spec.compute_capability <= requirements.get("max_arch", spec.compute_capability):
+    arch = spec.compute_capability
+    if not requirements.get("min_arch", 0) <= arch <= requirements.get("max_arch", arch):
         return False
     if requirements.get("smem_per_block", 0) > spec.smem_per_block:
         return False
