@@ -3,9 +3,10 @@
     python -m bench.results --gpu h100            # rewrite docs/RESULTS_H100.md
     python -m bench.results --gpu h200 --check    # exit 1 when the committed document differs
 
-Inputs (nothing is measured here; CPU only, standard library only):
-- ``tests/data/<gpu>_sweep.json.gz`` / ``<gpu>_heldout.json.gz``: the sweep recordings (``autotuner
-  export`` files), for the sweep time;
+Inputs (nothing is measured here; CPU only):
+- ``tests/data/<gpu>_sweep.json.gz`` / ``<gpu>_heldout.json.gz`` and the recordings the tables are
+  fitted from (``RECORDINGS``, ``autotuner/fit/samples.py``): ``autotuner export`` files, for the sweep
+  time;
 - ``autotuner/tables/<gpu>_<dtype>_cold.json``: the shipped tables, for the speed of light at the
   measured shapes and the leave-one-out regret the fit stored in them;
 - ``bench/data/``: the bench CSVs (``autotuner bench``), the dynamic-shapes JSON
@@ -23,6 +24,8 @@ import statistics
 import sys
 from datetime import datetime
 from pathlib import Path
+
+from autotuner.fit.samples import RECORDINGS
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data"
@@ -79,8 +82,8 @@ def header(gpu: str, tables: dict[str, dict], sources: dict, sweep: dict | None)
         lines.append(f"- Tables: `autotuner/tables/{gpu}_<dtype>_cold.json` (rule `{first['rule']}`, prune "
                      f"margin {first['prune_margin']:.0%}, fitted {first['created_at'][:10]} by "
                      f"`autotuner fit --gpu {gpu} --export autotuner/tables` from "
-                     + (", ".join(f"`{r}`" for r in sources["recordings"]) + " imported into one database)."
-                        if sources.get("recordings") else "that recording)."))
+                     + (", ".join(f"`{r}`" for r in RECORDINGS[gpu]) + " imported into one database)."
+                        if gpu in RECORDINGS else "that recording)."))
     for key in (*bench_keys(sources), "dynamic_shapes"):
         if key in sources:
             source = sources[key]
@@ -296,7 +299,7 @@ def render(gpu: str) -> str:
     sections = [header(gpu, tables, sources, sweep), ["## Method", "", METHOD],
                 speed_of_light(tables), *(bench(sources, key) for key in bench_keys(sources)), regret(tables),
                 host_costs(sources),
-                sweep_time(gpu, sweep, heldout, sources.get("recordings", []))]
+                sweep_time(gpu, sweep, heldout, RECORDINGS.get(gpu, ()))]
     return "\n\n".join("\n".join(s) for s in sections if s) + "\n"
 
 

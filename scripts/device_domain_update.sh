@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # On the lent GPU (through scripts/device_run.sh): optionally the GPU suite, then sweeps on top of every
-# recording the GPU's shipped tables are fitted from (bench/data/sources.json's "recordings"), so that
+# recording the GPU's shipped tables are fitted from (``RECORDINGS``, autotuner/fit/samples.py), so that
 # they measure only what those lack (new configs, new points), then the GPU's tables fitted from all of it.
 # The GPU is the lent one (GPU=h100|h200 overrides), so the same call serves an H100 or an H200.
-#   1. SHORT_ROWS=1 only: the short-row lattice (M 16384, 262144 x N 32-1024) of
-#      cuda_short_rows and torch_softmax, then cuda_warp_row and triton_one_row with the time left
-#      (SHORT_MAIN, SHORT_PEERS: budgets, default 130s and 50s), as scripts/device_short_rows.sh;
+#   1. SHORT_ROWS=1 only: the short-row lattice sweeps of scripts/device_short_rows.sh (M 16384, 262144 x
+#      N 32-1024: cuda_short_rows and torch_softmax, then cuda_warp_row and triton_one_row with the time
+#      left; SWEEP_MAIN, SWEEP_PEERS: their budgets, default 130s and 50s) into the same database;
 #   2. the default domain sweep (`autotuner sweep`, --grid domain) within SWEEP_BUDGET (default 200s);
 #   3. FIT=1 (default): `autotuner fit --replace-worse` into the database (AUTOTUNER_DB=/tmp/<gpu>_domain.sqlite
 #      makes later commands on the same warm machine use the tables) and to $OUT/tables;
@@ -32,18 +32,16 @@ fi
 dtypes=${DTYPES:-fp32,fp16,bf16}
 db=/tmp/${gpu}_domain.sqlite
 rm -f "$db"
-recordings=$(python -c "import json, sys; print(' '.join(json.load(open('bench/data/sources.json'))[sys.argv[1]]['recordings']))" "$gpu") \
-  || { echo "no recordings listed for $gpu in bench/data/sources.json" >&2; exit 2; }
+recordings=$(python -c "import sys; from autotuner.fit.samples import RECORDINGS; print(' '.join(RECORDINGS[sys.argv[1]]))" "$gpu") \
+  || { echo "no recordings listed for $gpu in RECORDINGS (autotuner/fit/samples.py)" >&2; exit 2; }
 for f in $recordings; do  # the shipped tables' recordings
   python -m autotuner import "$f" --db "$db" | tail -n 1
 done
 first_new_run=$(python -c "import sqlite3; print(sqlite3.connect('$db').execute('select coalesce(max(id),0)+1 from sweep_runs').fetchone()[0])")
 if [ "${SHORT_ROWS:-0}" = 1 ]; then
   started=$(date +%s)
-  lattice=(--gpu "$gpu" --db "$db" --dtype "$dtypes" --m 16384,262144 --n 32,50,64,100,128,200,256,333,512,768,1000,1024 --time-cap 0.1)
-  python -m autotuner sweep "${lattice[@]}" --variant cuda_short_rows --variant torch_softmax --budget "${SHORT_MAIN:-130s}" >"$out/short_rows.log" 2>&1
-  python -m autotuner sweep "${lattice[@]}" --variant cuda_warp_row --variant triton_one_row --budget "${SHORT_PEERS:-50s}" >>"$out/short_rows.log" 2>&1
-  echo "short-row lattice: rc=$? in $(( $(date +%s) - started )) s" | tee -a "$out/short_rows.log"
+  DB="$db" GPU="$gpu" DTYPES="$dtypes" LATTICE_ONLY=1 bash scripts/device_short_rows.sh >"$out/short_rows.log" 2>&1
+  echo "short-row lattice in $(( $(date +%s) - started )) s"; grep "sweep rc=" "$out/short_rows.log"
 fi
 started=$(date +%s)
 python -m autotuner sweep --gpu "$gpu" --db "$db" --dtype "$dtypes" --budget "${SWEEP_BUDGET:-200s}" >"$out/domain_sweep.log" 2>&1

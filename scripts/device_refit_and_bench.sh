@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # On the lent GPU, once scripts/device_cute_setup.sh has installed QuACK (one call per slice), so that
-# it is a peer: the H100 recordings the shipped tables are fitted from (bench/data/sources.json's
-# "recordings") imported into
-# one database, COVER_ARGS (if set) swept on top with
+# it is a peer: the H100 recordings the shipped tables are fitted from (``RECORDINGS``,
+# autotuner/fit/samples.py) imported into one database, COVER_ARGS (if set) swept on top with
 # `autotuner sweep` (e.g. new configs at shapes the recordings lack), the H100 tables fitted into that
 # database (AUTOTUNER_DB points the lookup at them) and written to $OUT/tables, then `autotuner bench`
 # through scripts/device_bench_peers.sh for each "TAG:DTYPES:ARGS" entry of BENCHES (';'-separated).
@@ -16,7 +15,7 @@ db=/tmp/h100_refit.sqlite
 if [ "${REUSE_DB:-0}" != 1 ]; then
   {
     rm -f "$db"
-    for f in $(python -c "import json; print(' '.join(json.load(open('bench/data/sources.json'))['h100']['recordings']))"); do  # the shipped tables' recordings
+    for f in $(python -c "from autotuner.fit.samples import RECORDINGS; print(' '.join(RECORDINGS['h100']))"); do  # the shipped tables' recordings
       python -m autotuner import "$f" --db "$db" | tail -n 1
     done
     if [ -n "${COVER_ARGS:-}" ]; then
