@@ -191,6 +191,18 @@ def copy_references_for(
     return list(session.scalars(statement))
 
 
+def measured_shapes(session: Session, gpu_key: str, timing_method: str) -> list[tuple[int, int, str]]:
+    """(m, n, dtype) of every shape measured on this GPU model with this method, in any run and
+    environment (each holds a copy reference), smallest tensors first."""
+    statement = (
+        select(CopyReference.m, CopyReference.n, CopyReference.dtype).distinct()
+        .join(SweepRun, CopyReference.run_id == SweepRun.id)
+        .join(GpuModel, SweepRun.gpu_model_id == GpuModel.id)
+        .where(GpuModel.key == gpu_key, SweepRun.timing_method == timing_method)
+    )
+    return sorted((tuple(row) for row in session.execute(statement)), key=lambda s: (s[0] * s[1], s[0], s[2]))
+
+
 def save_table(
     session: Session,
     gpu: GpuModel,

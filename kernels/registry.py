@@ -19,6 +19,7 @@ _REGISTRY: tuple[tuple[str, str], ...] = (
     # CUDA C++ through CuPy: row held in registers
     ("kernels.cuda.warp_row", "WarpRowCuda"),
     ("kernels.cuda.short_rows", "ShortRowsCuda"),
+    ("kernels.cuda.short_rows_keep", "ShortRowsKeepCuda"),
     ("kernels.cuda.block_fused", "BlockFusedCuda"),
     ("kernels.cuda.block_online", "BlockOnlineCuda"),
     ("kernels.cuda.packed16", "Packed16Cuda"),

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# On the lent GPU (through scripts/device_run.sh): optionally the GPU suite, then sweeps on top of every
+# On the lent GPU (through scripts/device_run.sh): optionally GPU tests, then sweeps on top of every
 # recording the GPU's shipped tables are fitted from (``RECORDINGS``, autotuner/fit/samples.py), so that
 # they measure only what those lack (new configs, new points), then the GPU's tables fitted from all of it.
 # The GPU is the lent one (GPU=h100|h200 overrides), so the same call serves an H100 or an H200.
+#   0. TESTS_TIMEOUT > 0 only: pytest TESTS (default "-m gpu tests": the GPU suite, about 3 min with -n 4);
 #   1. SHORT_ROWS=1 only: the short-row lattice sweeps of scripts/device_short_rows.sh (M 16384, 262144 x
-#      N 32-1024: cuda_short_rows and torch_softmax, then cuda_warp_row and triton_one_row with the time
-#      left; SWEEP_MAIN, SWEEP_PEERS: their budgets, default 130s and 50s) into the same database;
-#   2. the default domain sweep (`autotuner sweep`, --grid domain) within SWEEP_BUDGET (default 200s);
+#      N 32-1024: cuda_short_rows, cuda_short_rows_keep and torch_softmax, then cuda_warp_row and
+#      triton_one_row with the time left; SWEEP_MAIN, SWEEP_PEERS: their budgets, default 130s and 50s)
+#      into the same database;
+#   1b. NEW_VARIANTS="a b" only: those variants swept at every shape the recordings hold (--grid measured,
+#      time cap 0.1 s, within MEASURED_BUDGET, default 240s): a new variant timed where the others were;
+#   2. the default domain sweep (`autotuner sweep`, --grid domain) within SWEEP_BUDGET (default 200s;
+#      0 skips it);
 #   3. FIT=1 (default): `autotuner fit --replace-worse` into the database (AUTOTUNER_DB=/tmp/<gpu>_domain.sqlite
 #      makes later commands on the same warm machine use the tables) and to $OUT/tables;
 #   4. PICK_PAIRS=1 only: the picks the refit changed against the shipped tables (bench.probes.changed_picks:
 #      the held-out domain set and 100 of those among 9,000 random shapes), timed side by side
 #      (bench.probes.pick_pairs, within PAIRS_BUDGET seconds, default 90).
 # DTYPES (default "fp32,fp16,bf16") narrows every step: the sweeps, the fit and the pick pairs.
-# Outputs in $OUT: gpu.txt, gpu_tests.log (TESTS_TIMEOUT > 0 only; the suite takes about 3 min with
-# -n 4), short_rows.log, domain_sweep.log, <gpu>_update_new.json.gz (an `autotuner export` of this
+# Outputs in $OUT: gpu.txt, gpu_tests.log (TESTS_TIMEOUT > 0 only), short_rows.log, measured_sweep.log,
+# domain_sweep.log, <gpu>_update_new.json.gz (an `autotuner export` of this
 # call's runs only), tables/, fit.log, pick_pairs.json, pick_pairs_<gpu>.csv, pick_pairs.log.
 # Usage: bash scripts/device_run.sh bash scripts/device_domain_update.sh
 set -uo pipefail
@@ -25,7 +30,8 @@ gpu=${GPU:-$(python -c "from autotuner.lookup.gpu import current_gpu_key; print(
 echo "gpu key: $gpu" | tee -a "$out/gpu.txt"
 if [ "${TESTS_TIMEOUT:-0}" -gt 0 ]; then
   started=$(date +%s)
-  timeout "$TESTS_TIMEOUT" python -m pytest -q -m gpu tests -p no:cacheprovider -rfEs -n 4 --dist loadfile >"$out/gpu_tests.log" 2>&1
+  # shellcheck disable=SC2086  # TESTS is a list of pytest arguments
+  timeout "$TESTS_TIMEOUT" python -m pytest -q ${TESTS:--m gpu tests} -p no:cacheprovider -rfEs -n 4 --dist loadfile >"$out/gpu_tests.log" 2>&1
   echo "gpu tests: rc=$? in $(( $(date +%s) - started )) s" | tee -a "$out/gpu_tests.log"
   grep -E "passed|failed" "$out/gpu_tests.log" | tail -n 3
 fi
@@ -43,10 +49,20 @@ if [ "${SHORT_ROWS:-0}" = 1 ]; then
   DB="$db" GPU="$gpu" DTYPES="$dtypes" LATTICE_ONLY=1 bash scripts/device_short_rows.sh >"$out/short_rows.log" 2>&1
   echo "short-row lattice in $(( $(date +%s) - started )) s"; grep "sweep rc=" "$out/short_rows.log"
 fi
-started=$(date +%s)
-python -m autotuner sweep --gpu "$gpu" --db "$db" --dtype "$dtypes" --budget "${SWEEP_BUDGET:-200s}" >"$out/domain_sweep.log" 2>&1
-echo "domain sweep: rc=$? in $(( $(date +%s) - started )) s (budget ${SWEEP_BUDGET:-200s})" | tee -a "$out/domain_sweep.log"
-tail -n 4 "$out/domain_sweep.log" | cut -c1-300
+if [ -n "${NEW_VARIANTS:-}" ]; then
+  started=$(date +%s)
+  # shellcheck disable=SC2046  # one --variant per name
+  python -m autotuner sweep --gpu "$gpu" --db "$db" --grid measured --dtype "$dtypes" --time-cap 0.1 \
+    $(printf -- '--variant %s ' $NEW_VARIANTS) --budget "${MEASURED_BUDGET:-240s}" >"$out/measured_sweep.log" 2>&1
+  echo "measured-grid sweep of $NEW_VARIANTS: rc=$? in $(( $(date +%s) - started )) s" | tee -a "$out/measured_sweep.log"
+  tail -n 3 "$out/measured_sweep.log" | cut -c1-300
+fi
+if [ "${SWEEP_BUDGET:-200s}" != 0 ]; then
+  started=$(date +%s)
+  python -m autotuner sweep --gpu "$gpu" --db "$db" --dtype "$dtypes" --budget "${SWEEP_BUDGET:-200s}" >"$out/domain_sweep.log" 2>&1
+  echo "domain sweep: rc=$? in $(( $(date +%s) - started )) s (budget ${SWEEP_BUDGET:-200s})" | tee -a "$out/domain_sweep.log"
+  tail -n 4 "$out/domain_sweep.log" | cut -c1-300
+fi
 new_runs=$(python -c "import sqlite3; print(' '.join(f'--run {r}' for (r,) in sqlite3.connect('$db').execute('select id from sweep_runs where id >= $first_new_run')))")
 python -m autotuner export "$out/${gpu}_update_new.json.gz" --db "$db" --gpu "$gpu" $new_runs 2>&1 | tail -n 2
 [ "${FIT:-1}" = 1 ] || exit 0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for cuda_short_rows (issue 17): the float64 GPU suite for the variant, then the
-# project's sweep of it against torch.softmax (and, with the time left, cuda_warp_row and
+# project's sweep of it (and of cuda_short_rows_keep, its 16-bit twin) against torch.softmax (and, with the time left, cuda_warp_row and
 # triton_one_row) on the short-row lattice (M 16384, 262144 x N 32-1024), the export and the
 # per-shape summary, all under $OUT.
 # Usage (device command): bash scripts/device_run.sh bash scripts/device_short_rows.sh
@@ -12,7 +12,8 @@ DB=${DB:-/tmp/short.sqlite}
 lattice=(--gpu "${GPU:-auto}" --db "$DB" --dtype "${DTYPES:-fp32,fp16,bf16}" --m 16384,262144
          --n 32,50,64,100,128,200,256,333,512,768,1000,1024 --time-cap 0.1)
 sweep_lattice() {
-  python -m autotuner sweep "${lattice[@]}" --variant cuda_short_rows --variant torch_softmax --budget "${SWEEP_MAIN:-130s}"
+  python -m autotuner sweep "${lattice[@]}" --variant cuda_short_rows --variant cuda_short_rows_keep --variant torch_softmax \
+    --budget "${SWEEP_MAIN:-130s}"
   echo "sweep rc=$?"
   python -m autotuner sweep "${lattice[@]}" --variant cuda_warp_row --variant triton_one_row --budget "${SWEEP_PEERS:-50s}"
   echo "peer sweep rc=$?"
@@ -22,7 +23,7 @@ if [ "${LATTICE_ONLY:-0}" = 1 ]; then
   exit 0
 fi
 nvidia-smi --query-gpu=name --format=csv,noheader > "$OUT/device.txt"
-timeout 120 python -m pytest -q -p no:cacheprovider tests/kernels/test_short_rows_gpu.py \
+timeout 180 python -m pytest -q -p no:cacheprovider tests/kernels/test_short_rows_gpu.py \
   tests/kernels/test_variants_gpu.py -k "short_rows" > "$OUT/gpu_tests.txt" 2>&1
 echo "pytest rc=$?" >> "$OUT/gpu_tests.txt"
 sweep_lattice > "$OUT/sweep.txt" 2>&1

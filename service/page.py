@@ -31,12 +31,12 @@ from autotuner.lookup.select import TableStore
 from autotuner.lookup.table import DispatchTable
 from service.tables import LiveTables
 
-# One colour per registered variant (kernels.registry._REGISTRY's 22), chosen from Kelly's colours of maximum
+# One colour per registered variant (kernels.registry._REGISTRY's 23), chosen from Kelly's colours of maximum
 # contrast and a few more so that any two are at least 25 apart in CIELAB (ΔE76): two variants of one
 # map never look alike. tests/service/test_page.py checks the distances and that every registered
 # variant has its colour.
 VARIANT_COLOURS: dict[str, str] = {
-    "torch_softmax": "#848482", "cuda_warp_row": "#0067a5", "cuda_short_rows": "#a1caf1",
+    "torch_softmax": "#848482", "cuda_warp_row": "#0067a5", "cuda_short_rows": "#a1caf1", "cuda_short_rows_keep": "#3344ee",
     "cuda_block_fused": "#008856", "cuda_block_online": "#8db600", "cuda_packed16": "#f3c300",
     "cuda_online_two_pass": "#875692", "cuda_split_row": "#c2b280", "cuda_smem_cache_medium": "#be0032",
     "cuda_smem_cache_extreme": "#e68fac", "cuda_cluster_split": "#f38400", "cuda_cluster_keep": "#882d17",

@@ -27,7 +27,7 @@ REAL_MEASURER = "autotuner.tune.measure:Measurer"
 FAKE_GPU_ENV = "AUTOTUNER_FAKE_GPU"
 L2Mode = Literal["cold", "warm"]
 TimingKind = Literal["events", "graph"]
-GridKind = Literal["domain", "classic"]
+GridKind = Literal["domain", "classic", "measured"]
 ALL_DEVICES = "all"
 
 
@@ -114,9 +114,27 @@ def choose_grid(grid: str | None, m: str | None, n: str | None) -> str:
     """``--grid`` domain (default) or classic; --m/--n list the classic grid's axes, so they imply it."""
     if grid is None:
         return "classic" if m or n else "domain"
-    if grid == "domain" and (m or n):
-        raise UserError("--m/--n set the classic grid's axes; the domain grid chooses its own (drop --m/--n or use --grid classic)", code=2)
+    if grid in ("domain", "measured") and (m or n):
+        raise UserError(f"--m/--n set the classic grid's axes; the {grid} grid chooses its own shapes "
+                        "(drop --m/--n or use --grid classic)", code=2)
     return grid
+
+
+def measured_grid(engine, gpu_key: str, timing_method: str, dtypes, variants) -> list[tuple[int, int, str]]:  # noqa: ANN001 - Engine
+    """``--grid measured``: the shapes of ``dtypes`` the database holds for this GPU and method where a
+    config of one of ``variants`` applies; a clear error when there are none."""
+    from sqlalchemy.orm import Session
+
+    from db.queries import measured_shapes
+
+    with Session(engine) as session:
+        held = [shape for shape in measured_shapes(session, gpu_key, timing_method) if shape[2] in dtypes]
+    runnable = [shape for shape in held if any(v.configs(*shape) for v in variants)]
+    if not runnable:
+        what = f"{len(held)} measured shape(s), none of which the chosen variants run" if held else "no measured shape"
+        raise UserError(f"--grid measured: the database holds {what} for {gpu_key} ({timing_method}, "
+                        f"{','.join(sorted(dtypes))}); import a recording or sweep a grid first")
+    return runnable
 
 
 def visible_device_count() -> int:
@@ -129,7 +147,7 @@ def visible_device_count() -> int:
 def sweep(
     gpu: Annotated[str, typer.Option(help="GPU model to tune (h100, h200, a100, ...) or 'auto'; must match the devices.")] = "auto",
     db: DbOption = None,
-    grid: Annotated[Optional[GridKind], typer.Option("--grid", case_sensitive=False, help="domain: coarse lattice over the whole shape domain, then refinement where neighbouring winners disagree (default; stops at --budget, 25m unless given). classic: the fixed grid (implied by --m/--n).")] = None,
+    grid: Annotated[Optional[GridKind], typer.Option("--grid", case_sensitive=False, help="domain: coarse lattice over the whole shape domain, then refinement where neighbouring winners disagree (default; stops at --budget, 25m unless given). classic: the fixed grid (implied by --m/--n). measured: the shapes this GPU already has rows for in the database, no new ones (a new variant or config measured where the others were).")] = None,
     m: Annotated[Optional[str], typer.Option("--m", help="Comma list of M (rows), e.g. 1,32,4096, for the classic grid. Default: the documented grid.")] = None,
     n: Annotated[Optional[str], typer.Option("--n", help="Comma list of N (row length), e.g. 1024,32000,50257.")] = None,
     dtype: Annotated[str, typer.Option(help="Comma list of fp32, fp16, bf16 (aliases accepted), or 'all'.")] = "all",
@@ -202,6 +220,10 @@ def sweep(
                                   error=winner_or_peer_regret())  # issue 30: also where a peer beats ours
         candidates = every_candidate(variants)
         described = {"strategy": "domain", "m": list(COARSE_M), "n": list(COARSE_N), "dtypes": sorted(dtypes)}
+    elif kind == "measured":
+        strategy = FixedGrid(measured_grid(engine, gpu_info.key, timing_method, dtypes, variants), name="measured")
+        candidates = plan(variants, strategy.shapes)[0]
+        described = {"strategy": "measured", "shapes": len(strategy.shapes), "dtypes": sorted(dtypes)}
     else:
         strategy = FixedGrid(grids.shapes(ms, ns, dtypes))
         candidates = plan(variants, strategy.shapes)[0]
@@ -221,9 +243,9 @@ def sweep(
             shapes = len({item.shape_key for item in items})
             what = "coarse lattice" if kind == "domain" and round_number == 0 else (
                 f"refinement round {round_number}" if kind == "domain" else
-                f"quick round {round_number + 1}" if kind == "quick" else "grid")
+                f"quick round {round_number + 1}" if kind == "quick" else "measured shapes" if kind == "measured" else "grid")
             progress.console.print(f"{what}: {shapes} shapes, {len(items)} items; "
-                                   f"{describe_estimate(estimate_seconds(items, 'classic' if kind == 'classic' else 'domain'), len(items), len(device_list))}",
+                                   f"{describe_estimate(estimate_seconds(items, 'domain' if kind in ('domain', 'quick') else 'classic'), len(items), len(device_list))}",
                                    highlight=False)
             progress.grow(len(items))
 

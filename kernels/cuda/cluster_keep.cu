@@ -1,9 +1,9 @@
 // softmax_cluster_split for few long 16-bit rows, with each element's exponential kept in fp32
 // registers between the sum and the store (cluster_split.cu exponentiates 16-bit rows twice, to keep
-// its register count at the occupancy its large-M configs need). At M = 1-4 the grid is at most
-// 4 * CLUSTER blocks, one per SM, so registers are free: the store pass becomes one FMUL per element
-// instead of an FFMA and a MUFU.EX2. Measured on the H100 with cuda_cluster_split beside it
-// (bench/data/long_rows_h100.json.gz, 2026-11-25): 0.88-0.98 of its time at M = 1, 2, 4 x N = 131072,
+// its register count at the occupancy its large-M configs need). At M = 1-8 (M_MAX, cluster_keep.py)
+// the grid is at most 8 * CLUSTER blocks, one per SM within one wave at CLUSTER 16, so registers are
+// free: the store pass becomes one FMUL per element instead of an FFMA and a MUFU.EX2. Measured on the
+// H100 with cuda_cluster_split beside it (bench/data/long_rows_h100.json.gz, 2026-11-25): 0.88-0.98 of its time at M = 1, 2, 4 x N = 131072,
 // 151936, 262144 in 16-bit. Registers only (no shared-memory share), one block per SM asked.
 // The exchange and the geometry are cluster_split.cu's (included; its source is not changed).
 #include "cluster_split.cu"

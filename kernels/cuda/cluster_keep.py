@@ -3,8 +3,8 @@ registers between the sum and the store (``cluster_keep.cu``; Hopper only).
 
 Why a variant of its own: ``cluster_split.cu`` exponentiates 16-bit rows twice (once for the sum,
 once for the store) so that its large-M configs keep their occupancy; keeping the exps costs two
-more registers per element, which only few rows can afford (M = 1-4: at most 4 * C blocks, one per
-SM). Changing ``cluster_split.cu`` itself would retire its recorded H100 and H200 rows, which cannot
+more registers per element, which only few rows can afford (M = 1-8: at most 8 * C blocks, one per
+SM, within one wave for C = 16 on 132 SMs). Changing ``cluster_split.cu`` itself would retire its recorded H100 and H200 rows, which cannot
 be re-recorded. fp32 rows already keep their exps in ``cluster_split``, so this variant is 16-bit only.
 
 A config is (cluster, block, packs, smem = 0): the row lives in registers only; configs are the
@@ -19,7 +19,10 @@ from kernels.cuda import loader
 from kernels.cuda.cluster_split import ClusterSplitCuda
 from kernels.cuda.loader import CUDA_TYPE
 
-M_MAX = 4  # rows a launch is meant for: beyond, cluster_split's occupancy matters more than the exps
+# Rows a launch is meant for: up to 8, M x 16 blocks stay within one wave on 132 SMs (one block an SM,
+# as its launch bounds ask); beyond, cluster_split's occupancy matters more than the exps. It was 4
+# until the H200 domain bench (2026-11-28) met M = 6 x 128256 at 1.05-1.06x QuACK with cluster_split.
+M_MAX = 8
 
 
 class ClusterKeepCuda(ClusterSplitCuda):

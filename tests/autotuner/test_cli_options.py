@@ -40,7 +40,7 @@ def test_a_bad_choice_is_refused_by_typer_naming_what_is_accepted(args, option, 
 
 def test_choices_are_listed_in_help():
     text = run("sweep", "--help").output
-    assert "<domain|classic>" in text and "<cold|warm>" in text and "<cold|warm|graph>" in text
+    assert "<domain|classic|measured>" in text and "<cold|warm>" in text and "<cold|warm|graph>" in text
     assert "<bool>" not in text  # a flag takes no value (plain help, no private Typer method patched)
 
 

@@ -264,3 +264,34 @@ def test_bench_max_gib_refuses_a_cap_that_leaves_no_shape(flags):
     result = CliRunner().invoke(app, ["bench", *flags])
     assert result.exit_code == 2, result.output
     assert "--max-gib" in result.output and "CUDA" not in result.output, result.output
+
+
+def test_measured_grid_times_a_new_variant_where_the_others_were_and_nowhere_else(tmp_path):
+    """``--grid measured``: after a classic sweep of fake_rows, a sweep of fake_split measures it at
+    exactly the shapes (and dtypes asked) the database holds, adding none; with --m it is refused, and
+    on an empty database it says what to do instead of sweeping nothing."""
+    db = tmp_path / "measured.sqlite"
+    env = {**os.environ, "AUTOTUNER_FAKE_GPU": "h100", "COLUMNS": "300", "PYTHONPATH": str(REPO)}
+    hooks = FAKE[:4]
+
+    def sweep(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "autotuner", "sweep", "--gpu", "h100", "--db", str(db), *hooks, *args],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+    empty = sweep("--grid", "measured", "--variant", "fake_split")
+    assert empty.returncode != 0 and "no measured shape" in empty.stderr + empty.stdout
+    assert "Traceback" not in empty.stderr
+    first = sweep("--m", "1,32", "--n", "1024,8192", "--dtype", "fp32,bf16", "--variant", "fake_rows")
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = sweep("--grid", "measured", "--dtype", "fp32", "--variant", "fake_split")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "measured shapes: 4 shapes" in second.stderr
+    with sqlite3.connect(db) as connection:
+        split_shapes = set(connection.execute(
+            "SELECT m.m, m.n, m.dtype FROM measurements m JOIN candidates c ON c.id = m.candidate_id"
+            " WHERE c.variant = 'fake_split'").fetchall())
+        copies = connection.execute("SELECT count(*) FROM copy_references").fetchone()[0]
+    assert split_shapes == {(m, n, "fp32") for m in (1, 32) for n in (1024, 8192)}
+    assert copies == 8  # the first sweep's; the measured grid adds no shape
+    refused = CliRunner().invoke(app, ["sweep", "--grid", "measured", "--m", "4"])
+    assert refused.exit_code == 2 and "the measured grid chooses its own shapes" in refused.output, refused.output

@@ -280,3 +280,14 @@ def test_grid_split_m_max_keeps_sweeps_and_tables_to_its_waves_on_the_reference_
 def test_grid_split_one_wave_is_all_blocks_resident_at_once():
     assert one_wave(6, 128, 6 * 128) and not one_wave(7, 128, 6 * 128)
     assert one_wave(33, 8, 2 * 132) and not one_wave(34, 8, 2 * 132)
+
+
+def test_cluster_keep_rows_fit_one_wave_of_one_block_an_sm_on_the_reference_gpu():
+    """cuda_cluster_keep asks one block an SM (its exps take the registers): its m_max keeps M x C
+    blocks within the 132 SMs of an H100 SXM / H200, so no launch it is offered for needs a second wave."""
+    from kernels.cuda.cluster_keep import ClusterKeepCuda
+
+    variant = ClusterKeepCuda()
+    for config in variant.all_configs():
+        for dtype in variant.dtypes:
+            assert variant.constraints(config, dtype)["m_max"] * int(config["cluster"]) <= 132, config

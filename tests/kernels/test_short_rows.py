@@ -1,7 +1,8 @@
-"""cuda_short_rows without a GPU: its configs cover every N from 1 to 1024 for every dtype, each
-config's constraints are what its template can hold, every template parameter is in the instance
-name, the grid covers every row (capped where persistent), and it compiles without spills for the
-architectures beyond sm_80 / sm_90 that it claims (sm_89, sm_100) where nvcc has them."""
+"""cuda_short_rows (and cuda_short_rows_keep, its 16-bit twin) without a GPU: its configs cover every N
+from 1 to 1024 for every dtype it declares, each config's constraints are what its template can hold,
+every template parameter is in the instance name, the grid covers every row (capped where persistent),
+and it compiles without spills for the architectures beyond sm_80 / sm_90 that it claims (sm_89,
+sm_100) where nvcc has them."""
 from __future__ import annotations
 
 import subprocess
@@ -10,11 +11,13 @@ import pytest
 
 from kernels.base import DTYPES
 from kernels.cuda import loader
-from kernels.cuda.short_rows import ShortRowsCuda
+from kernels.cuda.short_rows import SHAPES, ShortRowsCuda
+from kernels.cuda.short_rows_keep import ShortRowsKeepCuda
 from kernels.cuda.warp_row import vec_items
 from tests.kernels.test_cuda_compile import NVCC, compile_variant, instances, needs_nvcc, normalized
 
 VARIANT = ShortRowsCuda()
+KEEP = ShortRowsKeepCuda()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -63,18 +66,44 @@ def nvcc_has_arch(arch: int) -> bool:
 
 @needs_nvcc
 @pytest.mark.parametrize("arch", [89, 100])
-def test_short_rows_compiles_without_spills_on_more_architectures(arch: int, tmp_path) -> None:
+@pytest.mark.parametrize("variant", [VARIANT, KEEP], ids=lambda v: v.name)
+def test_short_rows_compiles_without_spills_on_more_architectures(variant, arch: int, tmp_path) -> None:
     if not nvcc_has_arch(arch):
         pytest.skip(f"this nvcc has no sm_{arch}")
-    assert arch >= VARIANT.min_arch
-    result = compile_variant(VARIANT, arch, tmp_path)
+    assert arch >= variant.min_arch
+    result = compile_variant(variant, arch, tmp_path)
     assert result.ok, result.log[-4000:]
-    assert len(result.kernels) == len({expr for expr, _, _ in instances(VARIANT)}), "an instance is missing"
-    offered = {normalized(expr) for expr, dtype, config in instances(VARIANT)
-               if VARIANT.requirements(config, dtype).get("max_arch", arch) >= arch}
+    assert len(result.kernels) == len({expr for expr, _, _ in instances(variant)}), "an instance is missing"
+    offered = {normalized(expr) for expr, dtype, config in instances(variant)
+               if variant.requirements(config, dtype).get("max_arch", arch) >= arch}
     spilled = {name: r for name, r in result.kernels.items()
                if (r.spill_stores or r.spill_loads) and normalized(name).split("(")[0] in offered}
     assert not spilled, f"sm_{arch} spills in instances offered there: {list(spilled)[:5]}"
+
+
+def test_keep_twin_covers_16_bit_rows_up_to_1024_with_one_tile_a_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cuda_short_rows_keep: 16-bit only, every N 1-1024 and none beyond, the shapes of cuda_short_rows
+    with one row a group, instance names carrying every template parameter, a block per tile of
+    block / lanes rows up to the grid's limit (m_max), every instance offered wherever it compiles."""
+    from autotuner.lookup.gpu_models import gpu_spec, runs_on
+
+    assert KEEP.dtypes == ("fp16", "bf16")
+    for dtype in KEEP.dtypes:
+        for n in range(1, 1025):
+            assert KEEP.configs(65536, n, dtype), f"no config for N={n} {dtype}"
+        assert not KEEP.configs(65536, 1025, dtype)
+    shapes = {(int(c["lanes"]), int(c["elems"])) for c in KEEP.all_configs()}
+    assert shapes == {(lanes, elems) for lanes, elems, rows in SHAPES if rows == 1}
+    monkeypatch.setattr(loader, "device_limits", lambda: (2048, 232448, 132))
+    for config in KEEP.all_configs():
+        lanes, elems, block = (int(config[k]) for k in ("lanes", "elems", "block"))
+        vec, items = vec_items(elems, "fp16")
+        assert KEEP.name_expression(config, "fp16") == f"softmax_short_keep<__half, {lanes}, {block}, {vec}, {items}>"
+        limits = KEEP.constraints(config, "bf16")
+        assert limits["n_max"] == lanes * elems and limits["m_max"] == (2**31 - 1) * (block // lanes)
+        for m in (1, block // lanes, block // lanes + 1, 2**20 + 3):
+            assert KEEP.grid(config, m, 64)[0] == -(-m // (block // lanes))
+        assert runs_on(KEEP.requirements(config, "bf16"), gpu_spec("b200"))
 
 
 def test_configs_that_spill_past_sm90_are_offered_up_to_sm90_only() -> None:

@@ -1,5 +1,5 @@
-"""cuda_short_rows on the shapes it is for: every config at the ends of its N range and at odd N
-between, M around its row tile, a persistent grid that must loop several times over its tiles, and
+"""cuda_short_rows and cuda_short_rows_keep on the shapes they are for: every config at the ends of
+its N range and at odd N between, M around its row tile, a persistent grid that must loop several times over its tiles, and
 rows past 2^31 elements (64-bit offsets). Float64 reference, edge rows, poisoned output and guard
 bands, as in test_variants_gpu."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tests.kernels.test_variants_gpu import EDGE_ROWS, MAX_REPORTED, run_one
 
 pytestmark = pytest.mark.gpu
 
-VARIANT = "cuda_short_rows"
+VARIANTS = ("cuda_short_rows", "cuda_short_rows_keep")
 PASSES = 3  # tiles per block a persistent grid must loop over in the large-M check
 
 
@@ -31,7 +31,7 @@ def row_counts(variant, config) -> list[int]:
 
     tile = variant.tile_rows(config)
     counts = [0, 1, tile - 1, tile + 1]
-    if int(config["persistent"]):
+    if int(config.get("persistent", 0)):
         threads_per_sm, _, sm_count = loader.device_limits()
         resident = threads_per_sm // int(config["block"]) * sm_count
         counts.append(PASSES * tile * resident + 5)
@@ -39,11 +39,14 @@ def row_counts(variant, config) -> list[int]:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_short_rows_matches_float64_reference_on_short_row_shapes(dtype: str) -> None:
-    variant = kernels.get_variant(VARIANT)
+@pytest.mark.parametrize("variant_name", VARIANTS)
+def test_short_rows_matches_float64_reference_on_short_row_shapes(variant_name: str, dtype: str) -> None:
+    variant = kernels.get_variant(variant_name)
+    if dtype not in variant.dtypes:
+        pytest.skip(f"{variant_name} does not declare {dtype}")
     available = variant.available()
     if not available:
-        pytest.skip(f"{VARIANT} not available here: {available.reason}")
+        pytest.skip(f"{variant_name} not available here: {available.reason}")
     failures: list[str] = []
     for config in variant.all_configs():
         ns = lengths(variant.constraints(config, dtype))
@@ -59,18 +62,19 @@ def test_short_rows_matches_float64_reference_on_short_row_shapes(dtype: str) ->
                 if message:
                     failures.append(f"{config} {label}: {message}")
     shown = "\n".join(failures[:MAX_REPORTED])
-    assert not failures, f"{VARIANT} {dtype}: {len(failures)} failing check(s)\n{shown}"
+    assert not failures, f"{variant_name} {dtype}: {len(failures)} failing check(s)\n{shown}"
 
 
-@pytest.mark.parametrize("persistent", [0, 1])
-def test_short_rows_reaches_rows_past_two_to_the_31_elements(persistent: int) -> None:
+@pytest.mark.parametrize(("variant_name", "persistent"),
+                         [("cuda_short_rows", 0), ("cuda_short_rows", 1), ("cuda_short_rows_keep", 0)])
+def test_short_rows_reaches_rows_past_two_to_the_31_elements(variant_name: str, persistent: int) -> None:
     """M * N > 2^31 (fp16, N = 33): the last rows must be as right as the first (no 32-bit wrap)."""
     import torch
 
-    variant = kernels.get_variant(VARIANT)
+    variant = kernels.get_variant(variant_name)
     n = 33
     m = 2**31 // n + 4099
-    config = next(c for c in variant.configs(m, n, "fp16") if int(c["persistent"]) == persistent)
+    config = next(c for c in variant.configs(m, n, "fp16") if int(c.get("persistent", 0)) == persistent)
     free, _ = torch.cuda.mem_get_info()
     if free < 3 * m * n * 2:
         pytest.skip(f"needs {3 * m * n * 2 / 2**30:.1f} GiB of free GPU memory, {free / 2**30:.1f} free")

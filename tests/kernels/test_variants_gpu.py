@@ -123,7 +123,7 @@ def test_variant_matches_float64_reference(variant_name: str, dtype: str) -> Non
 # Register-row variants load 16-byte vectors at the 16-byte boundaries of each input row and store
 # element-wise where the output is not aligned like the input: exercise an input view that starts one
 # element past an allocation (every row start shifted) against an aligned output.
-OFFSET_VIEW_VARIANTS = ("cuda_block_online", "cuda_block_fused", "cuda_warp_row", "cuda_short_rows", "cuda_packed16", "cuda_online_two_pass",
+OFFSET_VIEW_VARIANTS = ("cuda_block_online", "cuda_block_fused", "cuda_warp_row", "cuda_short_rows", "cuda_short_rows_keep", "cuda_packed16", "cuda_online_two_pass",
                         "cuda_split_row", "cuda_smem_cache_medium", "cuda_smem_cache_extreme", "cuda_cluster_split",
                         "cuda_grid_split", "cuda_long_split", "cuda_cluster_keep")
 
