@@ -3,8 +3,10 @@
 // its register count at the occupancy its large-M configs need). At M = 1-8 (M_MAX, cluster_keep.py)
 // the grid is at most 8 * CLUSTER blocks, one per SM within one wave at CLUSTER 16, so registers are
 // free: the store pass becomes one FMUL per element instead of an FFMA and a MUFU.EX2. Measured on the
-// H100 with cuda_cluster_split beside it (bench/data/long_rows_h100.json.gz, 2026-11-25): 0.88-0.98 of its time at M = 1, 2, 4 x N = 131072,
-// 151936, 262144 in 16-bit. Registers only (no shared-memory share), one block per SM asked.
+// H100 with cuda_cluster_split beside it (bench/data/long_rows_h100.json.gz, 2026-11-25): 0.88-0.98
+// of its time at M = 1, 2, 4 x N = 131072, 151936, 262144 in 16-bit; on the H200 0.82-0.94 of the best
+// other kernel's at M 5, 7 x N 69728-246261 (bench/data/keep_variants_h200.json.gz). Registers only
+// (no shared-memory share), one block per SM.
 // The exchange and the geometry are cluster_split.cu's (included; its source is not changed).
 #include "cluster_split.cu"
 
