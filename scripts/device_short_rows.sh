@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call for cuda_short_rows (issue 17): the float64 GPU suite for the variant, then the
-# project's sweep of it (and of cuda_short_rows_keep, its 16-bit twin) against torch.softmax (and, with the time left, cuda_warp_row and
-# triton_one_row) on the short-row lattice (M 16384, 262144 x N 32-1024), the export and the
-# per-shape summary, all under $OUT.
+# project's sweep of it (and of cuda_short_rows_keep, its 16-bit twin) against torch.softmax (and,
+# with the time left, cuda_warp_row and triton_one_row) on the short-row lattice (M 16384, 262144 x
+# N 32-1024), the export and the per-shape summary, all under $OUT.
 # Usage (device command): bash scripts/device_run.sh bash scripts/device_short_rows.sh
 # Env: SWEEP_MAIN, SWEEP_PEERS (the two sweeps' budgets, default 130s and 50s); DB (default
 # /tmp/short.sqlite), GPU (default auto), DTYPES (default fp32,fp16,bf16); LATTICE_ONLY=1 runs the two

@@ -36,7 +36,8 @@ from service.tables import LiveTables
 # map never look alike. tests/service/test_page.py checks the distances and that every registered
 # variant has its colour.
 VARIANT_COLOURS: dict[str, str] = {
-    "torch_softmax": "#848482", "cuda_warp_row": "#0067a5", "cuda_short_rows": "#a1caf1", "cuda_short_rows_keep": "#3344ee",
+    "torch_softmax": "#848482", "cuda_warp_row": "#0067a5", "cuda_short_rows": "#a1caf1",
+    "cuda_short_rows_keep": "#3344ee",
     "cuda_block_fused": "#008856", "cuda_block_online": "#8db600", "cuda_packed16": "#f3c300",
     "cuda_online_two_pass": "#875692", "cuda_split_row": "#c2b280", "cuda_smem_cache_medium": "#be0032",
     "cuda_smem_cache_extreme": "#e68fac", "cuda_cluster_split": "#f38400", "cuda_cluster_keep": "#882d17",

@@ -241,9 +241,10 @@ def sweep(
 
         def announce(round_number: int, items: list) -> None:
             shapes = len({item.shape_key for item in items})
-            what = "coarse lattice" if kind == "domain" and round_number == 0 else (
-                f"refinement round {round_number}" if kind == "domain" else
-                f"quick round {round_number + 1}" if kind == "quick" else "measured shapes" if kind == "measured" else "grid")
+            if kind == "domain":
+                what = "coarse lattice" if round_number == 0 else f"refinement round {round_number}"
+            else:
+                what = {"quick": f"quick round {round_number + 1}", "measured": "measured shapes"}.get(kind, "grid")
             progress.console.print(f"{what}: {shapes} shapes, {len(items)} items; "
                                    f"{describe_estimate(estimate_seconds(items, 'domain' if kind in ('domain', 'quick') else 'classic'), len(items), len(device_list))}",
                                    highlight=False)

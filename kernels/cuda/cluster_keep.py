@@ -4,8 +4,8 @@ registers between the sum and the store (``cluster_keep.cu``; Hopper only).
 Why a variant of its own: ``cluster_split.cu`` exponentiates 16-bit rows twice (once for the sum,
 once for the store) so that its large-M configs keep their occupancy; keeping the exps costs two
 more registers per element, which only few rows can afford (M = 1-8: at most 8 * C blocks, one per
-SM, within one wave for C = 16 on 132 SMs). Changing ``cluster_split.cu`` itself would retire its recorded H100 and H200 rows, which cannot
-be re-recorded. fp32 rows already keep their exps in ``cluster_split``, so this variant is 16-bit only.
+SM, within one wave for C = 16 on 132 SMs). Changing ``cluster_split.cu`` itself would retire its
+recorded H100 and H200 rows, which cannot be re-recorded. fp32 rows already keep their exps in ``cluster_split``, so this variant is 16-bit only.
 
 A config is (cluster, block, packs, smem = 0): the row lives in registers only; configs are the
 register-only ``cluster_split`` shapes that hold rows of 128K-256K 16-bit elements.

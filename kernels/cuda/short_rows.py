@@ -55,6 +55,7 @@ class ShortRowsCuda(CudaVariant):
     seed = "beyond-seeds"
     source = "short_rows.cu"
     min_arch: ClassVar[int] = 80  # 16-byte __ldg, bf16 arithmetic conversions: sm_80 and later
+    spill_past_sm90_16bit: ClassVar[frozenset[tuple[int, int]]] = SPILL_PAST_SM90_16BIT  # (lanes, elems)
     description = (
         "1..32 lanes per short row (N <= 1024), grid-stride loop over row tiles (optionally a "
         "persistent grid), row in registers with vector loads, shuffle-only reduction, no barriers"
@@ -74,7 +75,7 @@ class ShortRowsCuda(CudaVariant):
 
     def requirements(self, config: KernelConfig, dtype: str) -> dict[str, int]:
         needs = super().requirements(config, dtype)
-        if dtype != "fp32" and (int(config["lanes"]), int(config["elems"])) in SPILL_PAST_SM90_16BIT:
+        if dtype != "fp32" and (int(config["lanes"]), int(config["elems"])) in self.spill_past_sm90_16bit:
             needs["max_arch"] = 90
         return needs
 

@@ -1,7 +1,7 @@
 """cuda_short_rows and cuda_short_rows_keep on the shapes they are for: every config at the ends of
-its N range and at odd N between, M around its row tile, a persistent grid that must loop several times over its tiles, and
-rows past 2^31 elements (64-bit offsets). Float64 reference, edge rows, poisoned output and guard
-bands, as in test_variants_gpu."""
+its N range and at odd N between, M around its row tile, a persistent grid that must loop several
+times over its tiles, and rows past 2^31 elements (64-bit offsets). Float64 reference, edge rows,
+poisoned output and guard bands, as in test_variants_gpu."""
 from __future__ import annotations
 
 import pytest
