@@ -10,16 +10,19 @@
 #      into the same database;
 #   1b. NEW_VARIANTS="a b" only: those variants swept at every shape the recordings hold (--grid measured,
 #      time cap 0.1 s, within MEASURED_BUDGET, default 240s): a new variant timed where the others were;
+#   1c. EXTRA_M="72,100" EXTRA_N="32000,50257" only: that product grid swept (--m/--n: every variant,
+#      the default time cap) within EXTRA_BUDGET (default 240s): points where the lattice is thin;
 #   2. the default domain sweep (`autotuner sweep`, --grid domain) within SWEEP_BUDGET (default 200s;
 #      0 skips it);
 #   3. FIT=1 (default): `autotuner fit --replace-worse` into the database (AUTOTUNER_DB=/tmp/<gpu>_domain.sqlite
 #      makes later commands on the same warm machine use the tables) and to $OUT/tables;
 #   4. PICK_PAIRS=1 only: the picks the refit changed against the shipped tables (bench.probes.changed_picks:
 #      the held-out domain set and 100 of those among 9,000 random shapes), timed side by side
-#      (bench.probes.pick_pairs, within PAIRS_BUDGET seconds, default 90).
+#      (bench.probes.pick_pairs, within PAIRS_BUDGET seconds, default 90); PAIRS_BOX=M0:M1:N0:N1 adds 100
+#      of those among 9,000 random shapes of that region.
 # DTYPES (default "fp32,fp16,bf16") narrows every step: the sweeps, the fit and the pick pairs.
 # Outputs in $OUT: gpu.txt, gpu_tests.log (TESTS_TIMEOUT > 0 only), short_rows.log, measured_sweep.log,
-# domain_sweep.log, <gpu>_update_new.json.gz (an `autotuner export` of this
+# extra_sweep.log, domain_sweep.log, <gpu>_update_new.json.gz (an `autotuner export` of this
 # call's runs only), tables/, fit.log, pick_pairs.json, pick_pairs_<gpu>.csv, pick_pairs.log.
 # Usage: bash scripts/device_run.sh bash scripts/device_domain_update.sh
 set -uo pipefail
@@ -57,6 +60,13 @@ if [ -n "${NEW_VARIANTS:-}" ]; then
   echo "measured-grid sweep of $NEW_VARIANTS: rc=$? in $(( $(date +%s) - started )) s" | tee -a "$out/measured_sweep.log"
   tail -n 3 "$out/measured_sweep.log" | cut -c1-300
 fi
+if [ -n "${EXTRA_M:-}" ]; then
+  started=$(date +%s)
+  python -m autotuner sweep --gpu "$gpu" --db "$db" --dtype "$dtypes" --m "$EXTRA_M" --n "$EXTRA_N" \
+    --budget "${EXTRA_BUDGET:-240s}" >"$out/extra_sweep.log" 2>&1
+  echo "extra sweep: rc=$? in $(( $(date +%s) - started )) s (budget ${EXTRA_BUDGET:-240s})" | tee -a "$out/extra_sweep.log"
+  tail -n 3 "$out/extra_sweep.log" | cut -c1-300
+fi
 if [ "${SWEEP_BUDGET:-200s}" != 0 ]; then
   started=$(date +%s)
   python -m autotuner sweep --gpu "$gpu" --db "$db" --dtype "$dtypes" --budget "${SWEEP_BUDGET:-200s}" >"$out/domain_sweep.log" 2>&1
@@ -70,7 +80,7 @@ python -m autotuner fit --gpu "$gpu" --db "$db" --dtype "$dtypes" --replace-wors
 echo "fit: rc=$?"; tail -n 8 "$out/fit.log"
 [ "${PICK_PAIRS:-0}" = 1 ] || exit 0
 python -m bench.probes.changed_picks --gpu "$gpu" --dtypes "$dtypes" --before autotuner/tables --after "$out/tables" \
-  --out "$out/pick_pairs.json" 2>&1 | tee "$out/pick_pairs.log"
+  --out "$out/pick_pairs.json" ${PAIRS_BOX:+--box "$PAIRS_BOX"} 2>&1 | tee "$out/pick_pairs.log"
 python -m bench.probes.pick_pairs "$out/pick_pairs.json" --out "$out/pick_pairs_${gpu}.csv" --budget-s "${PAIRS_BUDGET:-90}" \
   >>"$out/pick_pairs.log" 2>&1
 tail -n 1 "$out/pick_pairs.log"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 import math
 import operator
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 
 FIT_PASSES = 2  # neighbour-effect updates (more change no pick on the recorded sweeps)
@@ -126,8 +126,8 @@ def log_bracket(values: Sequence[int], x: int, log_x: float, logs: Mapping[int, 
 def stencil(layout: Layout, m: int, n: int, clamped: bool) -> tuple[tuple[tuple[int, int], ...], list[float]]:
     """The neighbours of (m, n), sorted, and their weights (summing to 1); empty if none. The mean of
     the interpolation along N on the rows bracketing M and along M on the columns bracketing N; the
-    clamped rule brackets among all lines (a row only within ``CLAMP_REACH`` of its ends, a column within
-    ``COLUMN_REACH``), the other
+    clamped rule brackets among the lines it can read there (a row only within ``CLAMP_REACH`` of its
+    ends, a column within ``COLUMN_REACH``: :func:`_along_lines`), the other
     only among lines that span the query on the other axis. Inside a fully measured cell, or on a line
     between two measured points, from the closed form kept for that place (:meth:`Layout.cell`),
     which is the same arithmetic; elsewhere :func:`stencil_by_lines`."""
@@ -169,24 +169,56 @@ def _along_lines(weights: dict[tuple[int, int], float], keys: Sequence[int], lin
                  log_across: float, logs: Mapping[int, float], clamped: bool, rows: bool) -> None:
     """One axis of :func:`stencil_by_lines`: the lines (rows if ``rows``, else columns) bracketing the
     query's ``at`` on their own axis, each interpolated at ``across`` along itself, added to
-    ``weights`` normalised (corners as (m, n)). A line whose measured values end more than its
-    ``reach`` from ``across`` says nothing of the query and is not read; the unclamped rule brackets
-    only among lines that span ``across``. A line's corners are distinct, so each is set once."""
-    if not clamped:
+    ``weights`` normalised (corners as (m, n)). The clamped rule brackets among the lines it can read
+    at ``across``: a line whose measured values end more than its ``reach`` from ``across``, or whose
+    two values around it both lie farther than that, says nothing of the query, and neither does it
+    hide a farther line that does (a row measured at one N, far from the query's, between the query
+    and a row measured all along). The unclamped rule brackets only among lines that span ``across``.
+    A line's corners are distinct, so each is set once."""
+    factor = CLAMP_REACH if rows else COLUMN_REACH
+    read: dict[int, list[tuple[int, float]]] = {}  # line -> its values around ``across`` that the rule reads
+    if clamped:
+        def readable(line: int) -> bool:
+            low, high = reach[line]
+            if not low <= across <= high:
+                return False
+            bracket = log_bracket(lines[line], across, log_across, logs)
+            read[line] = _within_reach(bracket, across, factor) if len(bracket) == 2 else bracket
+            return bool(read[line])
+
+        keys = _nearest_readable(keys, at, COLUMN_REACH if rows else CLAMP_REACH, readable)
+    else:
         keys = [k for k in keys if lines[k][0] <= across <= lines[k][-1]]
     if not keys:
         return
     corners, parts = [], []
-    factor = CLAMP_REACH if rows else COLUMN_REACH
     for line, line_weight in log_bracket(keys, at, log_at, logs):
-        low, high = reach[line]
-        if not low <= across <= high:
-            continue
-        bracket = log_bracket(lines[line], across, log_across, logs)
-        for value, weight in _within_reach(bracket, across, factor) if clamped and len(bracket) == 2 else bracket:
+        for value, weight in read[line] if clamped else log_bracket(lines[line], across, log_across, logs):
             corners.append((line, value) if rows else (value, line))
             parts.append(line_weight * weight)
     _add_normalised(weights, corners, parts)
+
+
+def _nearest_readable(keys: Sequence[int], at: int, factor: int, readable: Callable[[int], bool]) -> list[int]:
+    """The clamped rule's lines around ``at`` (sorted ``keys``): the line at ``at`` alone if
+    ``readable``; else on each side the nearest readable line, looking past unreadable ones only
+    while within ``factor`` of ``at`` (the nearest line on a side is looked at wherever it is, as the
+    rule always has)."""
+    upper = bisect.bisect_left(keys, at)
+    if upper < len(keys) and keys[upper] == at and readable(at):
+        return [at]
+    found = []
+    for step, start in ((-1, upper - 1), (1, upper)):
+        index = start
+        while 0 <= index < len(keys):
+            line = keys[index]
+            if index != start and not (line <= at * factor and at <= line * factor):
+                break
+            if readable(line):
+                found.append(line)
+                break
+            index += step
+    return sorted(found)
 
 
 def _within_reach(bracket: list[tuple[int, float]], across: int, factor: int) -> list[tuple[int, float]]:

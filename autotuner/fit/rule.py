@@ -38,7 +38,11 @@ failed). ``requires`` (tables fitted from 2026-11-25 on) is what a GPU needs to 
      former on both GPUs (CHANGELOG.md, 2026-11-23). ``local-regret-clamped`` also reads a line
      between two measured points of it only at a point within that reach of the query (since
      2026-11-26): a row of the domain sweep measured at N = 1431 and 50257 is read at 50257 alone
-     for N = 30522, at neither where both are that far.
+     for N = 30522, at neither where both are that far. A line it cannot read at the query does not
+     bracket it either (since 2026-11-28): the rule looks past it to the next line on that side that
+     it can read, within ``COLUMN_REACH`` of M for rows and ``CLAMP_REACH`` of N for columns. Rows
+     measured at one far N (a sweep of M 48-200 at N >= 16384) had hidden the rows measured around
+     N = 5542 from M = 170, and the query fell back to its nearest point.
   2. At each neighbour p, a candidate's regret r = its time / the fastest time there, capped at
      ``REGRET_CAP`` (1.5: past that the sweep keeps only a noisy 5-repetition estimate, and all it
      says is "much slower"). A candidate whose constraints exclude p has no value at p; it is
@@ -208,8 +212,8 @@ class RuleTable(TableFields):
     def neighbours(self, m: int, n: int) -> list[tuple[tuple[int, int], float]]:
         """The local-regret rules' measured neighbours of (m, n) and their weights (summing to 1); []
         if none. ``local-regret`` brackets only among lines that span the query on the other axis;
-        ``local-regret-clamped`` brackets among all lines and reads one that does not span the query
-        at its nearest end (see the module docstring)."""
+        ``local-regret-clamped`` brackets among the lines it can read at the query and reads one that
+        does not span the query at its nearest end (see the module docstring)."""
         return list(zip(*self._stencil(m, n)))
 
     def _stencil(self, m: int, n: int) -> tuple[tuple[tuple[int, int], ...], list[float]]:

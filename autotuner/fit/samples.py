@@ -23,7 +23,8 @@ RECORDINGS: Mapping[str, tuple[str, ...]] = {
              "tests/data/h100_domain.json.gz", "tests/data/h100_new_configs.json.gz",
              "bench/data/domain_sweep_h100.json.gz", "bench/data/cluster_rows_h100.json.gz"),
     "h200": ("tests/data/h200_sweep.json.gz", "bench/data/domain_sweep_h200.json.gz",
-             "bench/data/short_rows_update_h200.json.gz", "bench/data/keep_variants_h200.json.gz"),
+             "bench/data/short_rows_update_h200.json.gz", "bench/data/keep_variants_h200.json.gz",
+             "bench/data/vocab_batches_h200.json.gz"),
 }
 
 

@@ -58,8 +58,10 @@ def main() -> None:
             print(f"budget spent after {len(rows)} shapes")
             break
         dtype, m, n = pair["dtype"], pair["m"], pair["n"]
-        row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n, "in_bench": pair.get("in_bench", False),
-                               "a": f"{pair['a']['variant']}{pair['a']['config']}", "b": f"{pair['b']['variant']}{pair['b']['config']}"}
+        row: dict[str, Any] = {"dtype": dtype, "m": m, "n": n, "set": pair.get("set", ""),
+                               "in_bench": pair.get("in_bench", False),
+                               "a": f"{pair['a']['variant']}{pair['a']['config']}",
+                               "b": f"{pair['b']['variant']}{pair['b']['config']}"}
         samples: dict[str, list[Any]] = {"copy": [], "a": [], "b": []}
         try:
             launches = {label: _launch(pair[label], dtype, n) for label in ("a", "b")}

@@ -275,3 +275,19 @@ def test_local_regret_clamped_reads_a_line_between_two_far_points_at_the_near_on
     assert (1024, 1431) in corners and (1024, 50257) not in corners
     # the unclamped rule reads the row between both points, however far
     assert (1024, 1431) in {c for c, _ in RuleTable({**doc, "rule": "local-regret"}).neighbours(1500, 30522)}
+
+
+def test_local_regret_clamped_looks_past_lines_it_cannot_read_at_the_query():
+    # rows 160 and 200 were measured at N = 65536 alone and columns 3000 and 5000 at M = 65536 and 2
+    # alone: the lines nearest (180, 4000) on both axes say nothing there. The lines measured around
+    # the query (rows 128 and 256 at N 2048 and 8192) are read past them, not dropped for them (the
+    # H200 bf16 table of 2026-11-28 had answered (170, 5542) from its nearest point, 9x away in N)
+    around = [{"m": m, "n": n, "times": [1.0, 2.0]} for m in (128, 256) for n in (2048, 8192)]
+    far = [{"m": 160, "n": 65536, "times": [10.0, 5.0]}, {"m": 200, "n": 65536, "times": [10.0, 5.0]},
+           {"m": 65536, "n": 3000, "times": [900.0, 500.0]}, {"m": 2, "n": 5000, "times": [4.0, 3.0]}]
+    table = RuleTable(_gap_document(around + far))
+    assert {corner for corner, _ in table.neighbours(180, 4000)} == {(p["m"], p["n"]) for p in around}
+    assert table.lookup(180, 4000).candidate == 0
+    # only within the lines' reach: rows 16x or more from M, columns 4x or more from N stay unread
+    moved = [{**p, "m": p["m"] * 32} for p in around]
+    assert RuleTable(_gap_document(moved + far)).neighbours(180, 4000) == []
