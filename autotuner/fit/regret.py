@@ -186,6 +186,7 @@ def _along_lines(weights: dict[tuple[int, int], float], keys: Sequence[int], lin
             read[line] = _within_reach(bracket, across, factor) if len(bracket) == 2 else bracket
             return bool(read[line])
 
+        # lines are looked for along their own axis as far as a column (M) or a row end (N) is read
         keys = _nearest_readable(keys, at, COLUMN_REACH if rows else CLAMP_REACH, readable)
     else:
         keys = [k for k in keys if lines[k][0] <= across <= lines[k][-1]]
