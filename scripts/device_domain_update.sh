@@ -52,26 +52,28 @@ if [ "${SHORT_ROWS:-0}" = 1 ]; then
   DB="$db" GPU="$gpu" DTYPES="$dtypes" LATTICE_ONLY=1 bash scripts/device_short_rows.sh >"$out/short_rows.log" 2>&1
   echo "short-row lattice in $(( $(date +%s) - started )) s"; grep "sweep rc=" "$out/short_rows.log"
 fi
-if [ -n "${NEW_VARIANTS:-}" ]; then
+# sweep_into LOG LABEL NOTE LINES ARGS...: `autotuner sweep` on this GPU, database and dtypes with ARGS into
+# $OUT/LOG, then "LABEL: rc=.. in .. sNOTE" appended to it and printed, and its last LINES lines
+sweep_into() {
+  local log=$1 label=$2 note=$3 lines=$4 started rc
+  shift 4
   started=$(date +%s)
+  python -m autotuner sweep --gpu "$gpu" --db "$db" --dtype "$dtypes" "$@" >"$out/$log" 2>&1
+  rc=$?
+  echo "$label: rc=$rc in $(( $(date +%s) - started )) s$note" | tee -a "$out/$log"
+  tail -n "$lines" "$out/$log" | cut -c1-300
+}
+if [ -n "${NEW_VARIANTS:-}" ]; then
   # shellcheck disable=SC2046  # one --variant per name
-  python -m autotuner sweep --gpu "$gpu" --db "$db" --grid measured --dtype "$dtypes" --time-cap 0.1 \
-    $(printf -- '--variant %s ' $NEW_VARIANTS) --budget "${MEASURED_BUDGET:-240s}" >"$out/measured_sweep.log" 2>&1
-  echo "measured-grid sweep of $NEW_VARIANTS: rc=$? in $(( $(date +%s) - started )) s" | tee -a "$out/measured_sweep.log"
-  tail -n 3 "$out/measured_sweep.log" | cut -c1-300
+  sweep_into measured_sweep.log "measured-grid sweep of $NEW_VARIANTS" "" 3 --grid measured --time-cap 0.1 \
+    $(printf -- '--variant %s ' $NEW_VARIANTS) --budget "${MEASURED_BUDGET:-240s}"
 fi
 if [ -n "${EXTRA_M:-}" ]; then
-  started=$(date +%s)
-  python -m autotuner sweep --gpu "$gpu" --db "$db" --dtype "$dtypes" --m "$EXTRA_M" --n "$EXTRA_N" \
-    --budget "${EXTRA_BUDGET:-240s}" >"$out/extra_sweep.log" 2>&1
-  echo "extra sweep: rc=$? in $(( $(date +%s) - started )) s (budget ${EXTRA_BUDGET:-240s})" | tee -a "$out/extra_sweep.log"
-  tail -n 3 "$out/extra_sweep.log" | cut -c1-300
+  sweep_into extra_sweep.log "extra sweep" " (budget ${EXTRA_BUDGET:-240s})" 3 --m "$EXTRA_M" --n "$EXTRA_N" \
+    --budget "${EXTRA_BUDGET:-240s}"
 fi
 if [ "${SWEEP_BUDGET:-200s}" != 0 ]; then
-  started=$(date +%s)
-  python -m autotuner sweep --gpu "$gpu" --db "$db" --dtype "$dtypes" --budget "${SWEEP_BUDGET:-200s}" >"$out/domain_sweep.log" 2>&1
-  echo "domain sweep: rc=$? in $(( $(date +%s) - started )) s (budget ${SWEEP_BUDGET:-200s})" | tee -a "$out/domain_sweep.log"
-  tail -n 4 "$out/domain_sweep.log" | cut -c1-300
+  sweep_into domain_sweep.log "domain sweep" " (budget ${SWEEP_BUDGET:-200s})" 4 --budget "${SWEEP_BUDGET:-200s}"
 fi
 new_runs=$(python -c "import sqlite3; print(' '.join(f'--run {r}' for (r,) in sqlite3.connect('$db').execute('select id from sweep_runs where id >= $first_new_run')))")
 python -m autotuner export "$out/${gpu}_update_new.json.gz" --db "$db" --gpu "$gpu" $new_runs 2>&1 | tail -n 2
