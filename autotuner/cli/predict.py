@@ -9,8 +9,18 @@ import typer
 from rich.table import Table
 
 from autotuner.cli.app import DtypesOption, UserError, command, print_table
+from autotuner.cli.app import out as stdout
 
-DEFAULT_FOLDER = "autotuner/tables"
+SHIPPED_FOLDER = "autotuner/tables"
+
+
+def default_folder() -> Path:
+    """Where predicted tables go unless ``--out`` says otherwise: ``predicted/`` in the data folder the
+    default database lives in, never the tracked ``autotuner/tables`` (rewriting the shipped tables is
+    a maintainer's explicit ``--out autotuner/tables``)."""
+    from db.location import default_database_path
+
+    return default_database_path().parent / "predicted"
 
 
 @command()
@@ -18,7 +28,9 @@ def predict(
     gpu: Annotated[Optional[list[str]], typer.Option(help="GPU model to predict a table for (repeatable): any model gpu_models lists.")] = None,
     all_models: Annotated[bool, typer.Option("--all", help="The shipped models (a100, l4, l40s, rtx4090, b200: PREDICTED_MODELS).")] = False,
     dtype: DtypesOption = "all",
-    out: Annotated[str, typer.Option(help="Folder the tables are written to (<gpu>_<dtype>_cold.json).")] = DEFAULT_FOLDER,
+    out: Annotated[Optional[str], typer.Option(help="Folder the tables are written to (<gpu>_<dtype>_cold.json); default: "
+                                                    "predicted/ beside the default database. `--out autotuner/tables` "
+                                                    "(from the repository root) rewrites the shipped tables.")] = None,
     recording: Annotated[Optional[list[str]], typer.Option(help="`autotuner export` recordings to predict from (repeatable; default: the committed ones).")] = None,
     root: Annotated[str, typer.Option(help="Repository root the default recordings are read under.")] = ".",
 ) -> None:
@@ -40,7 +52,7 @@ def predict(
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise UserError(f"recording not found: {', '.join(missing)} (run from the repository root or pass --root)", code=2)
-    folder = Path(out)
+    folder = Path(out) if out else default_folder()
     folder.mkdir(parents=True, exist_ok=True)
     try:
         written, scores = regenerate(Path(root), folder, keys or None, parse_dtypes(dtype), paths)
@@ -61,6 +73,9 @@ def predict(
             errors.add_row(gpu, what, *(f"{error[k]}" for k in ("geomean", "abs_geomean", "p90", "count")))
     print_table(errors)
     print_table(_files(written))
+    if not out:
+        stdout.print(f"Written to {folder}, which no lookup reads: compare them there, or pass "
+                            f"--out {SHIPPED_FOLDER} (repository root) to rewrite the shipped tables.", highlight=False)
 
 
 def _files(paths: list[Path]) -> Table:
