@@ -8,6 +8,10 @@ kernels, its rule, the scaling model outside the measured points). On top:
 - the measured points (shapes the sweep timed), as dots;
 - a hatch over the cells answered by the scaling model alone (outside the measured M and N).
 
+A predicted table (``autotuner predict``: a GPU never measured) is said to be one: its points are the
+shapes other GPUs measured, with times the performance model moved to this GPU, and its copy times a
+bare bandwidth figure, so it shows no measured points and no speed of light.
+
 A variant has one colour everywhere (``VARIANT_COLOURS``, keyed by name: the same on ``/`` and on
 ``/?gpu=h100&dtype=bf16``); the legend gives each variant's share of the map. A map is a few paths
 (one per colour, runs of equal cells merged), so a page of every table weighs tens of kilobytes.
@@ -27,7 +31,7 @@ from string import Template
 from typing import Any, Sequence
 
 from autotuner.domain import DOMAIN_M_MAX, DOMAIN_N_MAX
-from autotuner.lookup.select import TableStore
+from autotuner.lookup.select import TableStore, is_predicted
 from autotuner.lookup.table import DispatchTable
 from service.tables import LiveTables
 
@@ -73,7 +77,8 @@ def render_page(live: LiveTables, gpu: str | None = None, dtype: str | None = No
                     '<code>autotuner fit</code> on a GPU host, or upload its export to <code>POST /runs</code> '
                     'and fit here.</p>')
     nav = " ".join(
-        f'<a href="#{_anchor(t)}">{_e(t.gpu)} · {_e(t.dtype)} · {_e(t.timing_method)}</a>' for t in tables
+        f'<a href="#{_anchor(t)}">{_e(t.gpu)}{" (predicted)" if is_predicted(t) else ""} · {_e(t.dtype)} · '
+        f'{_e(t.timing_method)}</a>' for t in tables
     )
     scope = " · ".join(part for part in (gpu, dtype) if part) or "all GPUs and dtypes"
     return _template().substitute(
@@ -126,17 +131,19 @@ def _section(live: LiveTables, table: DispatchTable) -> str:
     )
     if modelled:
         legend += f'<li><span class="swatch hatch"></span>scaling model only <span class="count">{_share(modelled, cells)}</span></li>'
-    legend += '<li><span class="swatch dot"></span>measured point</li>'
+    predicted = is_predicted(table)
+    legend += f'<li><span class="swatch dot"></span>{"point predicted from " + _from(table) if predicted else "measured point"}</li>'
     never = sorted({c["variant"] for c in table.candidates} - set(shares))
     never_text = f'<p class="never">Never chosen on the map: {_e(", ".join(never))}</p>' if never else ""
     return f"""
 <section id="{_anchor(table)}">
-  <h2>{_e(table.gpu)} <small>{_e(table.document.get("gpu_name") or "")}</small> · {_e(table.dtype)} · {_e(table.timing_method)} timing</h2>
+  <h2>{_e(table.gpu)} <small>{_subtitle(table)}</small> · {_e(table.dtype)} · {_e(table.timing_method)} timing</h2>
   <p class="facts">{_regret_text(table.document.get("regret"))}</p>
-  <p class="facts">rule <b>{_e(table.rule)}</b> · {len(table.candidates)} candidates · {len(table.points)} measured
-     points{_speed_of_light_text(table)} · from the {_e(live.source_of(table))}{_created(table)}</p>
+  <p class="facts">rule <b>{_e(table.rule)}</b> · {len(table.candidates)} candidates · {_points_text(table)}
+     · {"a shipped table" if live.source_of(table) == "shipped" else "the database's table"}{_created(table)}</p>
   <figure>{_map_svg(table, grid)}<figcaption>Kernel chosen per shape, M rows (down) × N row length (across),
-    log scales; dots: measured shapes; hatched: answered by the scaling model only</figcaption></figure>
+    log scales; dots: {"shapes predicted" if predicted else "measured shapes"}; hatched: answered by the scaling
+    model only</figcaption></figure>
   <ul class="legend">{legend}</ul>{never_text}
 </section>"""
 
@@ -199,6 +206,26 @@ def _axes(columns: int, rows: int) -> str:
     return "".join(parts)
 
 
+def _subtitle(table: DispatchTable) -> str:
+    """The device name the table was measured on, or what a predicted table is (its ``gpu_name`` is the
+    key again, "a100 (predicted)")."""
+    if is_predicted(table):
+        return "predicted, never measured"
+    name = str(table.document.get("gpu_name") or "")
+    return "" if name == table.gpu else _e(name)
+
+
+def _from(table: DispatchTable) -> str:
+    return _e(", ".join(str(g) for g in table.document.get("predicted_from") or ()) or "other GPUs")
+
+
+def _points_text(table: DispatchTable) -> str:
+    if is_predicted(table):
+        return (f"{len(table.points)} shapes predicted from the measurements of {_from(table)} (no speed of "
+                "light: no copy was measured on this GPU)")
+    return f"{len(table.points)} measured points{_speed_of_light_text(table)}"
+
+
 def _speed_of_light_text(table: DispatchTable) -> str:
     """The geometric mean over measured points of copy time ÷ chosen time (1.00: as fast as a copy)."""
     logs = []
@@ -228,7 +255,7 @@ def _regret_text(regret: Any) -> str:
 
 def _created(table: DispatchTable) -> str:
     created = table.document.get("created_at")
-    return f", fitted {_e(str(created))}" if created else ""
+    return f", {'predicted' if is_predicted(table) else 'fitted'} {_e(str(created))}" if created else ""
 
 
 def _short(value: int) -> str:

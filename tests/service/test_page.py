@@ -151,3 +151,52 @@ def test_screenshot_shows_the_maps_in_the_legend_colours(live_server, tmp_path):
     assert len(shares) >= 3
     for colour, percent in shares:  # each variant covers about its share of the map (the hatch and its antialiased edges take up to half of a modelled cell)
         assert counts[colour] >= 0.4 * int(percent) / 100 * MAP_PIXELS, (colour, percent, counts[colour])
+
+
+@pytest.fixture
+def shipped_client(database_url) -> TestClient:
+    with TestClient(create_app(Settings(database_url=database_url, reload_interval_s=0, shipped_tables=True))) as client:
+        yield client
+
+
+def sections(page: str) -> dict[str, str]:
+    return dict(re.findall(r'<section id="([^"]+)">(.*?)</section>', page, flags=re.S))
+
+
+def test_a_predicted_table_claims_no_measurement_and_no_speed_of_light(shipped_client):
+    """A GPU never measured (the shipped B200, L4, ... tables): its points are other GPUs' shapes and its
+    copy times a bare bandwidth figure (5e-07 us at 1x1 on the B200), so no "measured points" and no
+    speed of light (it read 0.04-0.29 against 0.84-0.90 for the measured GPUs), and no title that names
+    the GPU twice ("b200 b200 (predicted)")."""
+    for gpu in ("b200", "l4", "l40s"):  # (the fixture database measured an a100)
+        section = sections(shipped_client.get("/", params={"gpu": gpu, "dtype": "bf16"}).text)[f"{gpu}-bf16-cold"]
+        title = re.search(r"<h2>(.*?)</h2>", section, flags=re.S).group(1)
+        assert "predicted, never measured" in title and title.count(gpu) == 1, title
+        assert "measured point" not in section and "speed of light <b>" not in section, section
+        assert "predicted from the measurements of h100, h200" in section
+
+
+def test_every_speed_of_light_shown_is_of_measured_copies(shipped_client):
+    page = shipped_client.get("/").text
+    shown = {anchor: float(found.group(1)) for anchor, section in sections(page).items()
+             if (found := re.search(r"speed of light <b>([0-9.]+)</b>", section))}
+    assert {"h100-bf16-cold", "h200-fp32-cold"} <= set(shown), shown
+    assert all(0.5 <= value <= 1.2 for value in shown.values()), shown
+    h100 = shipped_client.app.state.tables.store.get("h100", "bf16", "cold")
+    assert f"{len(h100.points)} measured points" in sections(page)["h100-bf16-cold"]
+
+
+@pytest.mark.skipif(find_browser() is None, reason="no chromium on this machine (apt-get install chromium; "
+                                                   "scripts/test.sh installs it where it runs as root)")
+def test_the_map_fits_a_narrow_window(live_server, tmp_path):
+    """At 420 px wide the map is scaled into the window, not cut off at its right edge (the map is 546 px
+    wide at full size): no map colour in the window's last 10 columns, and the map drawn."""
+    width = 420
+    url = f"{live_server.base_url}/?gpu=h100&dtype=bf16"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        colours = {bytes.fromhex(colour[1:]) for colour in legend_colours(response.read().decode()).values()}
+    shot_width, _, rows = read_png(take_screenshot(url, tmp_path / "narrow.png", (width, 1200)))
+    assert shot_width == width
+    columns = [x for row in rows for x in range(shot_width) if row[3 * x:3 * x + 3] in colours]
+    assert len(columns) >= 0.3 * MAP_PIXELS * ((width - 60) / 546) ** 2, len(columns)
+    assert max(columns) < width - 10, f"the map reaches column {max(columns)} of {width}"
