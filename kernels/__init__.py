@@ -7,6 +7,25 @@ CuPy nor Triton, nor those modules until one of their names is read.
 from __future__ import annotations
 
 import importlib
+import os
+
+# The mark ``kernels.dtypes`` looks for: this file, not another distribution's ``kernels/__init__.py``,
+# defines the package (see below).
+__softmax_autotuner__ = True
+
+# Hugging Face's kernel hub (the ``kernels`` distribution, which transformers loads) installs a top-level
+# ``kernels`` package too; installed into one folder, the two overwrite each other's files. Its files
+# beside ours (``_internals/`` since 0.11, ``layer.py`` and ``lockfile.py`` before) mean such a shared
+# folder: refused here, on every import of it, rather than half-working (pip installs a wheel without
+# running code, so a prebuilt wheel cannot refuse earlier; an install from the source tree does:
+# scripts/build_backend.py).
+_FOREIGN = {"_internals", "_rust.pyi", "layer.py", "lockfile.py"}
+if not _FOREIGN.isdisjoint(os.listdir(os.path.dirname(os.path.abspath(__file__)))):
+    raise ImportError(
+        f"the package folder {os.path.dirname(os.path.abspath(__file__))} holds both softmax-autotuner's `kernels` "
+        "and Hugging Face's `kernels` (the kernel hub transformers loads), which overwrite each other's files. "
+        "Install softmax-autotuner into an environment of its own (python -m venv), then reinstall the other "
+        "here: pip uninstall -y softmax-autotuner kernels && pip install kernels")
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (several ms of a first lookup)
 if TYPE_CHECKING:

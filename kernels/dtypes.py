@@ -1,10 +1,19 @@
 """Dtype names: the three a variant may declare, their spellings and sizes.
 
-A leaf module with no imports: the embedded lookup (``autotuner/lookup/select.py``) normalises a
+A leaf module (it imports only ``sys``, to check the package is ours): the embedded lookup (``autotuner/lookup/select.py``) normalises a
 caller's dtype with it, and a first lookup in a fresh process must not pay for the kernel contract's
 imports (``kernels.base`` re-exports these names).
 """
 from __future__ import annotations
+
+import sys
+
+if not getattr(sys.modules.get("kernels"), "__softmax_autotuner__", False):  # kernels/__init__.py says why
+    raise ImportError(
+        f"the package `kernels` ({getattr(sys.modules.get('kernels'), '__file__', None) or 'a folder without __init__.py'}) "
+        "is not softmax-autotuner's: its `kernels/__init__.py` is missing or another distribution's (Hugging Face's "
+        "kernel hub, which transformers loads, installs one too). Install softmax-autotuner into an environment of "
+        "its own (python -m venv); where it was alone, reinstall it: pip install --force-reinstall --no-deps softmax-autotuner")
 
 DTYPES: tuple[str, ...] = ("fp32", "fp16", "bf16")
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2}

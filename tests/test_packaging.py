@@ -167,15 +167,16 @@ print(result.stdout)
     assert "torch" in reasons and "triton" in reasons
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to list the source tree's files")
-def test_the_wheel_builds_without_warnings_and_carries_license_and_markers(tmp_path):
-    """Built from a copy of the tree's files (tracked and new, not ignored) without build isolation:
-    the wheel holds LICENSE, every py.typed and the sources the native module is built from (an
-    install builds it from them), and the build prints no warning."""
+@pytest.fixture(scope="module")
+def built_wheel(tmp_path_factory) -> tuple[Path, str]:
+    """The wheel built from a copy of the tree's files (tracked and new, not ignored) without build
+    isolation, and what the build printed."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git to list the source tree's files")
     setuptools = pytest.importorskip("setuptools", reason="the build runs without isolation: needs setuptools here")
     if int(setuptools.__version__.split(".")[0]) < 77:
         pytest.skip(f"setuptools {setuptools.__version__} here; the build needs >= 77 (pyproject's build-system)")
+    tmp_path = tmp_path_factory.mktemp("wheel")
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
                             text=True, check=True).stdout.splitlines()
     source = tmp_path / "src"
@@ -186,9 +187,16 @@ def test_the_wheel_builds_without_warnings_and_carries_license_and_markers(tmp_p
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                             "-w", str(tmp_path / "wheel"), str(source)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
-    warnings = [line for line in (build.stdout + build.stderr).splitlines() if "warn" in line.lower()]
+    return next((tmp_path / "wheel").glob("softmax_autotuner-*.whl")), build.stdout + build.stderr
+
+
+@pytest.mark.slow
+def test_the_wheel_builds_without_warnings_and_carries_license_and_markers(built_wheel):
+    """The wheel holds LICENSE, every py.typed, the sources the native module is built from (an install
+    builds it from them) and its classifiers, and the build prints no warning."""
+    wheel, printed = built_wheel
+    warnings = [line for line in printed.splitlines() if "warn" in line.lower()]
     assert warnings == []
-    wheel = next((tmp_path / "wheel").glob("softmax_autotuner-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
     for package in PACKAGES:
@@ -197,7 +205,86 @@ def test_the_wheel_builds_without_warnings_and_carries_license_and_markers(tmp_p
 
     for path in (native.SOURCE, *native.PARTS):
         assert path.relative_to(ROOT).as_posix() in names
-    requires = [line for line in zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA")))
-                .decode().splitlines() if line.startswith("Requires-Dist:")]
+    fields = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode().splitlines()
+    assert {"Classifier: Typing :: Typed", "Classifier: Environment :: GPU :: NVIDIA CUDA"} <= set(fields)
+    assert {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")} == set(PACKAGES)
+    requires = [line for line in fields if line.startswith("Requires-Dist:")]
     unconditional = [line for line in requires if "extra ==" not in line]
     assert unconditional and not any(name in line for line in unconditional for name in GPU_ONLY)
+
+
+# Hugging Face's kernel hub installs a top-level `kernels` package too (the `kernels` distribution, which
+# transformers loads): a stand-in of its layout (its 0.19 wheel: kernels/__init__.py, kernels/_internals/).
+HUB_FILES = {"kernels/__init__.py": "HUB = True\n", "kernels/_internals/__init__.py": ""}
+
+
+def _hub_wheel(folder: Path) -> Path:
+    wheel = folder / "kernels-0.19.1-py3-none-any.whl"
+    info = "kernels-0.19.1.dist-info"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in HUB_FILES.items():
+            archive.writestr(name, text)
+        archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: kernels\nVersion: 0.19.1\n")
+        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(f"{info}/RECORD", "".join(f"{name},,\n" for name in [*HUB_FILES, f"{info}/METADATA",
+                                                                              f"{info}/WHEEL", f"{info}/RECORD"]))
+    return wheel
+
+
+def _environment(tmp_path: Path, *wheels: Path) -> Path:
+    """A fresh virtual environment (no pip, no dependencies) with ``wheels`` installed in that order;
+    its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
+    python = tmp_path / "venv" / "bin" / "python"
+    for wheel in wheels:
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                        "--no-index", str(wheel)], check=True, capture_output=True, timeout=300)
+    return python
+
+
+def _run(python: Path, code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "AUTOTUNER_DB")}
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**env, "XDG_DATA_HOME": str(tmp_path / "data")})
+
+
+@pytest.mark.slow
+def test_our_wheel_alone_answers_select_kernel(built_wheel, tmp_path):
+    python = _environment(tmp_path, built_wheel[0])
+    child = _run(python, "from autotuner import select_kernel; print(select_kernel(4096, 32000, 'bf16', gpu='h100').source)", tmp_path)
+    assert child.returncode == 0 and child.stdout.strip() == "table", child.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["hub first", "ours first"])
+def test_a_folder_shared_with_the_kernel_hub_is_refused_at_import(built_wheel, tmp_path, order):
+    """pip installs a wheel without running its code, so installing both into one environment cannot be
+    refused there: whichever `kernels/__init__.py` won, importing our packages names the clash and the
+    fix. With ours first, the hub's own `import kernels` still works (its files are whole)."""
+    hub = _hub_wheel(tmp_path)
+    python = _environment(tmp_path, *((hub, built_wheel[0]) if order == "hub first" else (built_wheel[0], hub)))
+    ours = _run(python, "from autotuner import select_kernel", tmp_path)
+    assert ours.returncode != 0 and "ImportError" in ours.stderr
+    assert "Hugging Face" in ours.stderr and "environment of its own" in ours.stderr, ours.stderr[-2000:]
+    theirs = _run(python, "import kernels; print(kernels.HUB)", tmp_path)
+    if order == "ours first":
+        assert theirs.returncode == 0 and theirs.stdout.strip() == "True", theirs.stderr[-2000:]
+    else:
+        assert theirs.returncode != 0 and "Hugging Face" in theirs.stderr
+
+
+def test_an_install_from_the_tree_is_refused_beside_the_kernel_hub(tmp_path):
+    """scripts/build_backend.py (the tree's build backend: `pip install .`, `pip install -e .`) checks the
+    environment it installs into, under that environment's own interpreter: refused, naming the hub,
+    where the hub's `kernels` is installed; allowed where it is not."""
+    setuptools = pytest.importorskip("setuptools")
+    check = (f"import sys; sys.path[:0] = [{str(ROOT / 'scripts')!r}]; sys.path.append({str(Path(setuptools.__file__).parents[1])!r})\n"
+             "import build_backend; build_backend.check_environment(); print('allowed')")
+    clean = _environment(tmp_path / "clean")
+    allowed = _run(clean, check, tmp_path)
+    assert allowed.returncode == 0 and allowed.stdout.strip() == "allowed", allowed.stderr[-2000:]
+    shared = _environment(tmp_path / "shared", _hub_wheel(tmp_path))
+    refused = _run(shared, check, tmp_path)
+    assert refused.returncode == 1 and "softmax-autotuner not installed" in refused.stderr, refused.stderr[-2000:]
+    assert "`kernels` from kernels 0.19.1 (Hugging Face's kernel hub" in refused.stderr
+    assert str(tmp_path / "shared" / "venv") in refused.stderr and "environment of its own" in refused.stderr
