@@ -2,8 +2,8 @@
 same shapes in the same process, where every call meets a new shape (and then the same shapes again),
 the GPU time of the picks on repeats, and the runtime's cache sizes at the end.
 
-Run on the GPU machine, from the repository root (``bash scripts/device_run.sh`` first where the
-wheelhouse is carried):
+Run on the GPU machine, from the repository root (through ``bash bench/device/run.sh exec`` where the
+wheelhouse is carried: bench/device/README.md):
 
     python -m bench.dynamic_shapes --out bench/data/dynamic_shapes_h100.json
 

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Build .whl/: the pure-Python packages the lent GPU machine lacks (its image has torch, triton, CuPy,
 # typer, rich, numpy, pytest, httpx but not the database and service stack). Carry .whl with the
-# device call and install there with:
-#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+# device call; bench/device/run.sh installs it there into /tmp/site (bench/device/README.md).
 #
 # --cute: instead build .whl_cute_1/ ... .whl_cute_K/, the CuTe DSL (nvidia-cutlass-dsl, cu13 flavour)
 # and QuACK for kernels/cute_online.py and kernels/external.py (~97 MB of wheels, ~92 MB of them -libs-cu13).
@@ -10,8 +9,8 @@
 # carries, 64 MiB in all, so the wheels go as one tar archive cut into K equal slices, each sized so that
 # it, the tree as measured now and a margin (CUTE_MARGIN_MIB, default 4) fit one call. Each folder holds
 # its slice (cute.tar.<i>) and a MANIFEST (archive size and sha256, slice index, count and sha256). Carry
-# them one per call on one warm machine; scripts/device_cute_setup.sh stages each slice and, once all K
-# are there, joins, checks and installs (its header gives the calls). Rebuild when the tree has grown.
+# them one per call on one warm machine; `bash bench/device/run.sh cute_setup` stages each slice and, once
+# all K are there, joins, checks and installs (bench/device/README.md gives the calls). Rebuild when the tree has grown.
 # CUTE_SLICE_MAX_BYTES caps the slices lower (e.g. to carry .whl beside one); CUTE_WHEELS_DIR takes the
 # wheels from that folder instead of PyPI (offline rebuilds, tests/test_cute_slices.py).
 set -euo pipefail
@@ -76,7 +75,7 @@ build_cute() {
     folder=".whl_cute_$i"; piece=$(printf "%s/slice.%03d" "$dl" $(( i - 1 )))
     mkdir -p "$folder"
     mv "$piece" "$folder/cute.tar.$i"
-    # the manifest device_cute_setup.sh reads (key=value; the archive's sha256 names the build)
+    # the manifest bench/device/cute_setup.sh reads (key=value; the archive's sha256 names the build)
     {
       echo "archive_bytes=$archive_bytes"
       echo "archive_sha256=$archive_sha"
@@ -87,13 +86,14 @@ build_cute() {
       echo "wheels=$(cd "$dl/wheels" && echo *.whl)"
     } > "$folder/MANIFEST"
   done
+  # shellcheck disable=SC2046  # the slice paths hold no spaces
   cat $(for (( i = 1; i <= count; i++ )); do echo ".whl_cute_$i/cute.tar.$i"; done) | cmp -s - "$archive" \
     || { echo "slice check failed: the slices do not join into the archive" >&2; exit 1; }
   ls -la .whl_cute_*
   echo "archive $archive_bytes bytes (sha256 ${archive_sha:0:12}, $(ls "$dl/wheels" | wc -l) wheels) in $count slices of" \
        "$slice_bytes bytes: .whl_cute_1 ... .whl_cute_$count; working tree $tree_bytes bytes + a slice <=" \
        "$(( (tree_bytes + slice_bytes) / 1048576 )) MiB of 64 (margin $(( margin / 1048576 )) MiB: CUTE_MARGIN_MIB)"
-  echo "carry each alone, one per call on one warm machine: bash scripts/device_cute_setup.sh"
+  echo "carry each alone, one per call on one warm machine: bash bench/device/run.sh cute_setup"
 }
 
 if [[ "${1:-}" == "--cute" ]]; then

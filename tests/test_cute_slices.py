@@ -1,5 +1,5 @@
 """The CuTe DSL wheelhouse travels to the lent GPU in slices: `scripts/build_wheelhouse.sh --cute` cuts one
-archive into .whl_cute_1 ... .whl_cute_K, and `scripts/device_cute_setup.sh`, run in one call per slice,
+archive into .whl_cute_1 ... .whl_cute_K, and `bash bench/device/run.sh cute_setup`, run in one call per slice,
 stages them, names the next one to carry, and installs once all are there. Simulated here with small
 wheels of the real layout, a scratch repository and one fresh device copy per call."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ TOOLS = ("bash", "git", "tar", "split", "sha256sum", "python3")
 pytestmark = pytest.mark.skipif(any(shutil.which(t) is None for t in TOOLS), reason=f"needs {', '.join(TOOLS)}")
 
 CUTLASS = "nvidia_cutlass_dsl/dsl_packages/cutlass"
-WHEELS = {  # the files device_cute_setup.sh's layout check looks for, spread over three wheels
+WHEELS = {  # the files bench/device/cute_setup.sh's layout check looks for, spread over three wheels
     "nvidia_cutlass_dsl_libs_cu13-4.8.1-py3-none-any.whl": [
         f"{CUTLASS}/__init__.py", f"{CUTLASS}/cute/__init__.py", f"{CUTLASS}/_mlir/_mlir_libs/__init__.py",
         f"{CUTLASS}/_mlir/_mlir_libs/_cutlass_ir.cu13.cpython-312-x86_64-linux-gnu.so",
@@ -46,11 +46,11 @@ def repo(tmp_path):
     for name, files in WHEELS.items():
         write_wheel(wheels / name, files)
     repo = tmp_path / "repo"
-    (repo / "scripts").mkdir(parents=True)
-    for script in ("build_wheelhouse.sh", "device_cute_setup.sh"):
-        shutil.copy(ROOT / "scripts" / script, repo / "scripts" / script)
+    for script in ("scripts/build_wheelhouse.sh", "bench/device/run.sh", "bench/device/cute_setup.sh"):
+        (repo / script).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / script, repo / script)
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run(["git", "add", "scripts"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "scripts", "bench"], cwd=repo, check=True)
     return repo
 
 
@@ -66,11 +66,12 @@ def manifest(folder: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in (folder / "MANIFEST").read_text().splitlines())
 
 
-def device_call(repo: Path, carried: list[Path], command: str = "bash scripts/device_cute_setup.sh"):
+def device_call(repo: Path, carried: list[Path], command: str = "bash bench/device/run.sh cute_setup"):
     """One call on the warm machine: a fresh copy of the tree with only the carried folders; /tmp is kept."""
     device = repo.parent / "device"
     shutil.rmtree(device, ignore_errors=True)
     shutil.copytree(repo / "scripts", device / "scripts")
+    shutil.copytree(repo / "bench", device / "bench")
     for folder in carried:
         shutil.copytree(folder, device / folder.name)
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
@@ -109,7 +110,7 @@ def test_one_call_per_slice_in_any_order_installs_with_the_last(repo):
     site = repo.parent / "site"
     assert (site / "quack" / "softmax.py").is_file() and (site / "nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so").is_file()
     assert (site / ".cute_installed").read_text().strip() == f"{manifest(slices[0])['archive_sha256']}_{count}"
-    sourced = device_call(repo, [], 'source scripts/device_cute_setup.sh && echo "PATH=$PYTHONPATH"')
+    sourced = device_call(repo, [], 'source bench/device/cute_setup.sh && echo "PATH=$PYTHONPATH"')
     assert sourced.returncode == 0 and "already installed" in sourced.stdout and "installing" not in sourced.stdout
     assert f"\nPATH={site}:{site}/nvidia_cutlass_dsl/dsl_packages\n" in sourced.stdout
 

@@ -18,7 +18,7 @@ HELD_OUT_M: tuple[int, ...] = (3, 77, 500, 2000, 6000)
 HELD_OUT_N: tuple[int, ...] = (1000, 2500, 5000, 12000, 50257, 100000, 128256, 200000)
 HELD_OUT_PURPOSE = "held-out"
 # The odd-M held-out set recorded for the H100 (tests/data/h100_heldout.json.gz): batch sizes off the
-# grid's powers of two; scripts/device_update_recordings.sh sweeps it and the replay test scores it.
+# grid's powers of two; bench/device/run.sh update_recordings sweeps it and the replay test scores it.
 ODD_M_SET_M: tuple[int, ...] = (6, 24, 48, 100, 200, 300, 600)
 ODD_M_SET_N: tuple[int, ...] = (16384, 32000, 50257, 151936)
 

@@ -15,7 +15,7 @@ before it (``perf_counter_ns``):
 - C: ``empty_like`` on a new size, again, then ``run`` on the new launch (its output size allocated
   once already): does the allocation of a new size cost?
 
-    bash scripts/device_run.sh python -m bench.probes.new_shape_cost --out $OUT/new_shape_cost.json
+    bash bench/device/run.sh exec python -m bench.probes.new_shape_cost --out $OUT/new_shape_cost.json
 """
 from __future__ import annotations
 

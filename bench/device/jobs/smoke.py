@@ -1,5 +1,8 @@
-"""Toolchain smoke test for the lent GPU: NVRTC with our header for all dtypes, cluster launch through
-__cluster_dims__ and cooperative_groups under NVRTC, resource queries. Prints one line per check."""
+"""Toolchain smoke test: NVRTC with our header for every dtype, and a cluster kernel under NVRTC.
+
+On the lent GPU (``bash bench/device/run.sh smoke``): a copy-and-exp kernel built with
+``softmax_common.cuh`` for fp32, fp16 and bf16 and checked against torch, a cluster launch through
+``__cluster_dims__`` and cooperative_groups, and resource queries. Prints one line per check."""
 from __future__ import annotations
 
 import sys

@@ -9,10 +9,10 @@
 # /tmp/cute_slices; the call that brings the last one joins them, checks the archive's sha256 and
 # installs into /tmp/site_cute, which later calls on that machine reuse.
 #   call i = 1 ... K (carry [".whl_cute_<i>"]):
-#     bash scripts/device_cute_setup.sh
-#   later calls on the same warm machine (carry [".whl"]): sourced inside device_run.sh, it finds the
-#   install and only sets PYTHONPATH:
-#     bash scripts/device_run.sh bash -c 'source scripts/device_cute_setup.sh && python3 -c "import cutlass, quack"'
+#     bash bench/device/run.sh cute_setup
+#   later calls on the same warm machine (carry [".whl"]): bench/device/run.sh sources it for the jobs
+#   that bench QuACK (and for any with CUTE=1); it finds the install and only sets PYTHONPATH:
+#     CUTE=1 bash bench/device/run.sh exec python3 -c "import cutlass, quack"
 #   A fresh machine needs the K calls again.
 # Slices are staged per build (the archive's sha256 and K): slices of different builds never join, and
 # the newest build whose slices are all staged is the one installed.
@@ -27,7 +27,7 @@
 
 _cute_setup() {
   local root stages=${CUTE_STAGE:-/tmp/cute_slices} target=${CUTE_TARGET:-/tmp/site_cute}
-  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)  # the repository root, where the carried folders land
   local marker="$target/.cute_installed"
   _cute_staged=0  # global: a slice was staged by this run
 
@@ -83,6 +83,7 @@ _cute_setup() {
 
   # 2. the slices still missing, per build (newest first), and the newest complete build
   local newest_complete="" i have missing
+  # shellcheck disable=SC2045  # newest first: ls -t orders by time (the staged folders are named by hashes)
   for dir in $(ls -dt "$stages"/*_*/ 2>/dev/null); do
     dir=${dir%/}
     if _cute_complete "$dir"; then

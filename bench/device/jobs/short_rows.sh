@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# One device call for cuda_short_rows (issue 17): the float64 GPU suite for the variant, then the
-# project's sweep of it (and of cuda_short_rows_keep, its 16-bit twin) against torch.softmax (and,
-# with the time left, cuda_warp_row and triton_one_row) on the short-row lattice (M 16384, 262144 x
-# N 32-1024), the export and the per-shape summary, all under $OUT.
-# Usage (device command): bash scripts/device_run.sh bash scripts/device_short_rows.sh
-# Env: SWEEP_MAIN, SWEEP_PEERS (the two sweeps' budgets, default 130s and 50s); DB (default
+# cuda_short_rows on the short-row lattice (M 16384, 262144 x N 32-1024), after its GPU tests.
+# The float64 GPU suite for the variant, then the project's sweep of it (and of cuda_short_rows_keep, its
+# 16-bit twin) against torch.softmax (and, with the time left, cuda_warp_row and triton_one_row) on the
+# lattice, the export and the per-shape summary, all under $OUT.
+# Knobs: SWEEP_MAIN, SWEEP_PEERS (the two sweeps' budgets, default 130s and 50s); DB (default
 # /tmp/short.sqlite), GPU (default auto), DTYPES (default fp32,fp16,bf16); LATTICE_ONLY=1 runs the two
-# sweeps alone into $DB, their logs on stdout (scripts/device_domain_update.sh's SHORT_ROWS=1).
+# sweeps alone into $DB, their logs on stdout (the domain_update job's SHORT_ROWS=1).
 set -uo pipefail
+# shellcheck source=bench/device/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 DB=${DB:-/tmp/short.sqlite}
+# shellcheck disable=SC2054  # commas inside values
 lattice=(--gpu "${GPU:-auto}" --db "$DB" --dtype "${DTYPES:-fp32,fp16,bf16}" --m 16384,262144
          --n 32,50,64,100,128,200,256,333,512,768,1000,1024 --time-cap 0.1)
 sweep_lattice() {
