@@ -35,14 +35,13 @@ failed). ``requires`` (tables fitted from 2026-11-25 on) is what a GPU needs to 
      query, and skips that axis if none does. So at the grid's edge
      (M = 1, the smallest N, ...) a missing point is read from both axes under the clamped rule, from
      its edge line alone under the old one: leave-one-out on the recorded sweeps preferred the
-     former on both GPUs (CHANGELOG.md, 2026-11-23). ``local-regret-clamped`` also reads a line
-     between two measured points of it only at a point within that reach of the query (since
-     2026-11-26): a row of the domain sweep measured at N = 1431 and 50257 is read at 50257 alone
-     for N = 30522, at neither where both are that far. A line it cannot read at the query does not
-     bracket it either (since 2026-11-28): the rule looks past it to the next line on that side that
-     it can read, within ``COLUMN_REACH`` of M for rows and ``CLAMP_REACH`` of N for columns. Rows
-     measured at one far N (a sweep of M 48-200 at N >= 16384) had hidden the rows measured around
-     N = 5542 from M = 170, and the query fell back to its nearest point.
+     former on both GPUs. ``local-regret-clamped`` also reads a line between two measured points of
+     it only at a point within that reach of the query: a row of the domain sweep measured at N = 1431
+     and 50257 is read at 50257 alone for N = 30522, at neither where both are that far. A line it
+     cannot read at the query does not bracket it either: the rule looks past it to the next line on
+     that side that it can read, within ``COLUMN_REACH`` of M for rows and ``CLAMP_REACH`` of N for
+     columns. Rows measured at one far N (a sweep of M 48-200 at N >= 16384) had hidden the rows
+     measured around N = 5542 from M = 170, and the query fell back to its nearest point.
   2. At each neighbour p, a candidate's regret r = its time / the fastest time there, capped at
      ``REGRET_CAP`` (1.5: past that the sweep keeps only a noisy 5-repetition estimate, and all it
      says is "much slower"). A candidate whose constraints exclude p has no value at p; it is

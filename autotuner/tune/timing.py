@@ -11,8 +11,8 @@ Methods:
 each timed call is a replay of it, between the same flush and events. Every contender is then
 submitted to the GPU by one ``cudaGraphLaunch``, whatever its own Python launch path costs the host.
 That matters on shapes of a few µs: on the H100 the GPU time between the events moved by 0.1-0.3 µs
-with the host's pacing alone (the same kernel, launched by Triton's JIT or by a pre-bound ``run``;
-11 shapes of 4-6 µs, 2026-11-25; CHANGELOG.md).
+with the host's pacing alone (the same kernel, launched by Triton's JIT or by a pre-bound ``run``, on
+11 shapes of 4-6 µs).
 
 Repetitions adapt: batches are added until the median moves by less than ``rel_tol`` between batches
 or ``time_cap_s`` of GPU time is spent; median, p20, p80 and the count are returned.

@@ -123,7 +123,7 @@ class ClusterSplitCuda(CudaVariant):
         # a registers-only config where a quarter of its slots are used (smaller configs serve
         # shorter rows with fewer idle threads). The quarter itself is admitted: it is a grid N
         # (capacities are powers of two), and a config measured there is judged on all of its
-        # neighbours when the fit predicts the next N up (CHANGELOG.md, 2026-11-24). A share past
+        # neighbours when the fit predicts the next N up (its H100 leave-one-out maximum fell so). A share past
         # LONE_SHARE_KB (one block an SM) starts where the largest smaller share of its kernel no longer
         # holds the row: below, it would launch the same kernel with the same shared memory (sized from N).
         below = max((s for c, b, p, s in self.CONFIGS if (c, b, p) == (cluster, block, packs) and s < smem_kb),

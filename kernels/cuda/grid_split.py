@@ -37,7 +37,7 @@ REFERENCE_SMS = 132  # H100 SXM / H200: the declared m_max counts waves of this 
 # times of this kernel, so the fit extrapolated its wins at M = 16 over M = 32 (leave-one-out regret
 # 1.16-1.19 at fp16 / bf16 32x50257 and 32x65536, where the cluster kernel wins); two waves moved the
 # edge to between M = 32 and 64 (fp32 32x50257: 1.41). Four put the ticketed times at M = 64-128
-# into the sweep and the tables, which the H100 leave-one-out scores best (CHANGELOG.md, 2026-11-23).
+# into the sweep and the tables, which the H100 leave-one-out scores best.
 WAVES = 4
 
 
