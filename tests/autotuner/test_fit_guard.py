@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -76,6 +77,8 @@ def test_importing_the_classic_sweep_then_fitting_keeps_the_shipped_h100_answers
     text = " ".join(refused.output.split())
     assert "h100/bf16/cold: not stored, the shipped table h100_bf16_cold.json keeps answering" in text
     assert "narrower: 141 measured shapes against 507 today" in text and "--replace-worse" in text
+    quoted = re.search(r"its bf16\s+reason begins `([^`]+)`", (ROOT / "docs" / "SERVICE.md").read_text())
+    assert quoted and quoted.group(1) in text, "docs/SERVICE.md quotes another reason than fit prints"
     engine = make_engine(database, create=False)
     with Session(engine) as session:
         assert current_tables(session, "h100") == []

@@ -184,8 +184,9 @@ def _geomean(values):
 
 @pytest.mark.parametrize("table", CLASSIC_TABLES, ids=lambda t: f"{t.gpu}-{t.dtype}")
 def test_the_model_predicts_a_dropped_edge_of_the_recorded_grid(table):
-    """docs/DESIGN.md, "Outside the measured points", has the figures; the old rule (the table's
-    local-regret pick and its neighbours' times) was 3.5-3.8x off past the M edge, 1.36-1.51x past N."""
+    """The bounds docs/DESIGN.md's split past the edges rests on ("Outside the measured points"); the old
+    rule (the table's local-regret pick and its neighbours' times) was 3.5-3.8x off past the M edge,
+    1.36-1.51x past N."""
     for axis in ("m", "n"):
         regrets, errors = _edge_scores(table, axis)
         assert _geomean(regrets) <= 1.03 and max(regrets) <= 1.25, (axis, regrets)
