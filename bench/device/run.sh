@@ -17,6 +17,7 @@ CUTE_JOBS=" bench_peers refit_and_bench "
 jobs_list() {
   local file
   for file in "$device_dir"/jobs/*; do
+    [[ "$file" == *.sh || "$file" == *.py ]] || continue  # not __pycache__/
     # the first comment line after the shebang (a Python job: its docstring's first line)
     printf '%-18s %s\n' "$(basename "${file%.*}")" \
       "$(sed -n '1,4{s/^# //p;s/^"""//p}' "$file" | head -n 1 | cut -c1-100)"

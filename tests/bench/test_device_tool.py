@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = ROOT / "bench" / "device"
 README = (DEVICE / "README.md").read_text()
-JOBS = sorted(p for p in (DEVICE / "jobs").iterdir() if p.suffix in (".sh", ".py"))
+JOBS = sorted(p for p in (DEVICE / "jobs").iterdir() if p.suffix in (".sh", ".py"))  # not __pycache__/
 SHELL = [DEVICE / "run.sh", DEVICE / "lib.sh", DEVICE / "cute_setup.sh", *(p for p in JOBS if p.suffix == ".sh"),
          ROOT / "scripts" / "build_wheelhouse.sh"]
 # read by every job through lib.sh, or set by bash / the device call rather than by a user
