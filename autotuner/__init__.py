@@ -38,20 +38,20 @@ def warmup(gpu: str | None = None, dtypes: tuple[str, ...] = ("fp32", "fp16", "b
 
 
 def _default_database_tables() -> list[Any]:
-    # called when the default store is first built. Where the database is an SQLite file, ``fit`` has
-    # written its current tables beside it as files, read here without SQLAlchemy (about 0.6 s of
-    # imports); SQLAlchemy is imported only for a database without them (another server, or tables
-    # fitted before the files were written), and never where no database file exists
-    from pathlib import Path
-
-    from autotuner.lookup.select import fitted_table_files, load_fitted_tables
-    from db.location import SQLITE_PREFIX, chosen_database_url, missing_sqlite_file
+    # called when the default store is first built. An SQLite database keeps its current tables as
+    # files beside it (db/location.py), read here without SQLAlchemy (about 0.3 s of imports and a
+    # read): an empty database costs a glob. SQLAlchemy is imported only for a database whose tables
+    # are not known from files (another server, or a file made before the folder existed and not yet
+    # opened by a writer), and nothing at all where no database file exists
+    from autotuner.lookup.select import load_table_files
+    from db.location import chosen_database_url, missing_sqlite_file, mirrored_table_files
 
     url = chosen_database_url()
     if missing_sqlite_file(url):
         return []
-    if url.startswith(SQLITE_PREFIX) and fitted_table_files(Path(url.removeprefix(SQLITE_PREFIX))):
-        return load_fitted_tables(Path(url.removeprefix(SQLITE_PREFIX)))
+    files = mirrored_table_files(url)
+    if files is not None:
+        return load_table_files(files)
     try:
         from autotuner.records.store import default_database_tables
     except ImportError as exc:  # a database but no SQLAlchemy: the shipped tables still answer

@@ -10,7 +10,6 @@ is refused with a :class:`DatabaseError` that names the file and what was expect
 from __future__ import annotations
 
 import logging
-import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,8 +21,9 @@ from sqlalchemy.exc import ArgumentError, DatabaseError as SADatabaseError, Oper
 from sqlalchemy.orm import Session, sessionmaker
 
 from db.location import (  # noqa: F401 - ENV_VAR, default_database_path, missing_sqlite_file re-exported
-    ENV_VAR, chosen_database_url, default_database_path, missing_sqlite_file,
+    ENV_VAR, chosen_database_url, default_database_path, is_default_database, missing_sqlite_file,
 )
+from db.mirror import complete_folder, start_folder
 from db.models import APPLICATION_ID, SCHEMA_VERSION, Base, SchemaInfo
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -91,7 +91,7 @@ def make_engine(url: str | None = None, *, create: bool = True, check: bool = Tr
         # ``sqlite:///file:/path?mode=ro&uri=true``: SQLite's URI form names the same file
         uri = parsed.query.get("uri") == "true" and parsed.database.startswith("file:")
         path = Path(parsed.database.removeprefix("file:") if uri else parsed.database)
-        if not create and check and not path.exists():
+        if not create and not path.exists():  # connecting would create the file
             raise MissingDatabaseError(f"no database at {path}; check --db or ${ENV_VAR} "
                                        f"(a command that only reads creates none)")
         if not create and check and path.is_file() and path.stat().st_size == 0:  # connecting would write a header
@@ -106,7 +106,8 @@ def make_engine(url: str | None = None, *, create: bool = True, check: bool = Tr
                         f"point --db or ${ENV_VAR} at a tuning database or a new path"
                     )
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if create:
+                path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise DatabasePathError(
                 f"cannot use database path {path}: its folder {path.parent} cannot be created ({exc.strerror}); "
@@ -128,11 +129,13 @@ def make_engine(url: str | None = None, *, create: bool = True, check: bool = Tr
         check_schema(engine, create=create)
     except (OperationalError, SADatabaseError, ValueError) as exc:
         engine.dispose()
-        reason = getattr(exc, "orig", None) or exc
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())  # a driver's message may span lines
         raise DatabaseError(f"cannot open database {parsed.render_as_string(hide_password=True)}: {reason}") from None
     except DatabaseError:
         engine.dispose()
         raise
+    if create:
+        complete_folder(engine)
     return engine
 
 
@@ -146,7 +149,7 @@ def reader_engine(url: str | None = None) -> Engine | None:
     except EmptyDatabaseError:
         return None
     except MissingDatabaseError:
-        if url is None and not os.environ.get(ENV_VAR):
+        if is_default_database(url):
             return None
         raise
 
@@ -170,6 +173,7 @@ def check_schema(engine: Engine, *, create: bool) -> None:
             from db.migrate import stamp_head
 
             stamp_head(engine)
+            start_folder(engine)
             return
         except (OperationalError, SADatabaseError):
             # Another process created the schema between our look and our create (two sweeps started

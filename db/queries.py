@@ -8,6 +8,7 @@ from sqlalchemy import Row, and_, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from db.mirror import mirror_on_commit
 from db.models import (
     CandidateRow,
     CopyReference,
@@ -215,7 +216,8 @@ def save_table(
     regret: Mapping[str, float | None] | None = None,
     environment_id: int | None = None,
 ) -> DispatchTableRow:
-    """Store a fitted table as the current one for (gpu, dtype, method); older ones stay as history."""
+    """Store a fitted table as the current one for (gpu, dtype, method); older ones stay as history. Its
+    file beside an SQLite database is written when the transaction commits (``db.mirror``)."""
     session.execute(
         update(DispatchTableRow)
         .where(
@@ -242,6 +244,7 @@ def save_table(
     )
     session.add(table)
     session.flush()
+    mirror_on_commit(session, payload)
     return table
 
 
@@ -353,6 +356,13 @@ def search_measurements(
         return rows[:limit], rows[limit - 1].id
     newest = session.scalar(select(func.max(Measurement.id)))
     return rows, window_end if newest is not None and newest > window_end else None
+
+
+def current_table_gpus(session: Session) -> set[str]:
+    """The GPU models with a current table (their payloads not read)."""
+    statement = (select(GpuModel.key).join(DispatchTableRow, DispatchTableRow.gpu_model_id == GpuModel.id)
+                 .where(DispatchTableRow.is_current.is_(True)).distinct())
+    return set(session.scalars(statement))
 
 
 def current_tables_stamp(session: Session) -> tuple[int | None, int]:

@@ -1,24 +1,9 @@
-"""The service's configuration: one pydantic-settings class read from ``AUTOTUNER_*`` variables.
+"""The service's configuration: one pydantic model of the service's ``AUTOTUNER_*`` variables.
 
-=============================  ==========================================================  ==========
-variable                       meaning                                                     default
-=============================  ==========================================================  ==========
-``AUTOTUNER_DATABASE_URL``     tuning database (SQLAlchemy URL or a path)                  as the CLI:
-                                                                                           ``$AUTOTUNER_DB``, else the
-                                                                                           default SQLite file
-``AUTOTUNER_UPLOAD_TOKEN``     bearer token that ``POST /runs`` requires, for runs of any    unset
-                               known GPU model; unset and no ``UPLOAD_TOKENS``: every
-                               upload is refused with 401
-``AUTOTUNER_UPLOAD_TOKENS``    tokens scoped to GPU models: ``h100:TOKEN1,h200+gh200:TOKEN2``  unset
-                               or JSON ``{"lab-a": {"token": "...", "gpus": ["h100"]}}``
-``AUTOTUNER_DEFAULT_GPU``      GPU model ``/dispatch`` answers for when ``gpu`` is omitted  unset (gpu required)
-``AUTOTUNER_MAX_M``            largest M ``/dispatch`` accepts                              2**31 - 1
-``AUTOTUNER_MAX_N``            largest N ``/dispatch`` accepts                              2**31 - 1
-``AUTOTUNER_RELOAD_INTERVAL_S``  at most this often a request checks the database for a    5.0
-                               newer fitted table
-``AUTOTUNER_SHIPPED_TABLES``   serve the package's shipped tables under the database's     true
-``AUTOTUNER_MAX_UPLOAD_BYTES``  largest ``POST /runs`` body                                256 MiB
-=============================  ==========================================================  ==========
+The variables are read, as every variable the product reads, by ``kernels.settings`` (their table is
+in docs/SERVICE.md, "Configuration"); this model validates their values. ``Settings()`` takes them
+from the environment, ``Settings(max_m=4096, ...)`` overrides some in code. A value that is not
+accepted stops the server with a :class:`SettingsError` naming the variable and what is accepted.
 
 2**31 - 1 is the ceiling of the bounds: the database stores M and N as 32-bit integers and
 ``select_kernel`` takes shapes below 2**31. Every upload token has at least ``MIN_TOKEN_CHARS``
@@ -31,13 +16,13 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from pydantic import Field, PrivateAttr, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator
 
 from autotuner.domain import MAX_DIM
 from autotuner.lookup.gpu import validate_gpu_key
 from autotuner.lookup.gpu_models import GPU_MODELS
 from db.engine import resolve_database_url
+from kernels.settings import settings as environment
 
 MIN_TOKEN_CHARS = 16
 
@@ -57,8 +42,8 @@ class UploadGrant:
     gpus: Optional[frozenset[str]]
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AUTOTUNER_", extra="ignore", frozen=True)
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     database_url: str = Field(default_factory=resolve_database_url, description="SQLAlchemy URL or a file path")
     upload_token: Optional[SecretStr] = Field(default=None, description="bearer token for POST /runs, any GPU model")
@@ -82,6 +67,14 @@ class Settings(BaseSettings):
 
     _grants: tuple[UploadGrant, ...] = PrivateAttr(default=())
 
+    def __init__(self, **values: Any) -> None:
+        """The environment's values (``kernels.settings``), overridden by ``values``."""
+        from_environment = environment.service_values()
+        try:
+            super().__init__(**{**from_environment, **values})
+        except ValidationError as exc:
+            raise SettingsError(_described(exc, set(from_environment) - set(values))) from None
+
     @field_validator("upload_token", "upload_tokens")
     @classmethod
     def _no_empty_token(cls, value: Optional[SecretStr]) -> Optional[SecretStr]:
@@ -104,6 +97,24 @@ class Settings(BaseSettings):
     def upload_grants(self) -> tuple[UploadGrant, ...]:
         """Every configured uploader; empty: uploads are disabled."""
         return self._grants
+
+
+SECRET_FIELDS = ("upload_token", "upload_tokens")
+
+
+def variable_of(field: str) -> str:
+    return "AUTOTUNER_DB" if field == "database_url" else f"AUTOTUNER_{field.upper()}"
+
+
+def _described(exc: ValidationError, from_environment: set[str]) -> str:
+    """One line per problem naming the variable (or the argument) and what it needs; never a token."""
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        where = variable_of(field) if field in from_environment else field
+        shown = "" if field in SECRET_FIELDS or "input" not in error else f"={error['input']!r}"
+        problems.append(f"{where}{shown}: {error['msg'].removeprefix('Value error, ')}")
+    return "; ".join(problems)
 
 
 def parse_upload_tokens(text: str) -> list[UploadGrant]:

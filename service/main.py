@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import logging
-import os
 
 import uvicorn
 
 from service.app import create_app
+from kernels.settings import export, service_environment
 from service.config import Settings
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ def run(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None = N
         uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, access_log=False,
                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
         return
-    os.environ.update(settings_environment(settings))
+    export(settings_environment(settings))
     uvicorn.run("service.app:create_app", factory=True, host=host, port=port, workers=workers,
                 log_level=log_level, access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
 
@@ -43,4 +43,4 @@ def settings_environment(settings: Settings) -> dict[str, str]:
         "max_upload_bytes": settings.max_upload_bytes,
         "shipped_tables": str(settings.shipped_tables).lower(),
     }
-    return {f"AUTOTUNER_{name.upper()}": str(value) for name, value in values.items() if value is not None}
+    return service_environment(values)

@@ -9,7 +9,6 @@ so the real command runs end to end on a machine without a GPU. A real sweep nev
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from contextlib import ExitStack
@@ -77,7 +76,9 @@ def chosen_devices(devices: list[int] | str | None, device: int, count: Callable
 
 def fake_gpu(measurer: str) -> tuple[str, int] | None:
     """(model key, device count) from AUTOTUNER_FAKE_GPU when a test measurer is in use, else None."""
-    spec = os.environ.get(FAKE_GPU_ENV)
+    from kernels.settings import settings
+
+    spec = settings.fake_gpu
     if not spec:
         return None
     if measurer == REAL_MEASURER:
@@ -199,8 +200,8 @@ def sweep(
         resolve_hook(hook)()
     fake = fake_gpu(measurer)
     device_list = chosen_devices(devices, device, (lambda: fake[1]) if fake else visible_device_count)
+    gpu_info = resolve_gpus(gpu, device_list, fake)  # no GPU: refused before a database is opened, or made
     engine = open_shared_database(db)
-    gpu_info = resolve_gpus(gpu, device_list, fake)
     variants, skipped = usable_variants(all_variants(), variant)
     for name, reason in skipped.items():
         console.print(f"[yellow]skipping[/yellow] {name}: {reason}", highlight=False)

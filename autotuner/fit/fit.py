@@ -30,7 +30,6 @@ from autotuner.tune.measure import QUICK_REPS, VariantConfig
 from autotuner.tune.retime import slower_than_larger
 from autotuner.fit.index import index_document
 from autotuner.fit.rule import DEFAULT_RULE, RuleTable
-from autotuner.records.store import write_table_file
 from db import queries
 
 BAD_STATUSES = ("wrong", "fault")
@@ -330,5 +329,4 @@ def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "
         queries.save_table(session, inputs.gpu, dtype, timing_method, document, source_runs=runs,
                            candidate_count=len(document["candidates"]), regret=document["regret"],
                            environment_id=inputs.environment_id)
-        write_table_file(session, document)
     return document

@@ -226,8 +226,9 @@ class TableStore:
         if borrowed is None:
             known = "its architecture is not listed in autotuner/lookup/gpu_models.py" if spec is None else \
                 f"no table of a model of sm_{spec.compute_capability} or older"
-            return KernelChoice(FALLBACK_VARIANT, (), None, gpu_key, dtype, "fallback", False,
-                                f"no {dtype}/{method} dispatch table for GPU {gpu_key!r} and {known}")
+            reason = f"no {dtype}/{method} dispatch table for GPU {gpu_key!r} and {known}" if gpu_key != "unknown" else \
+                "no GPU found on this host and none named: pass gpu (a model key, e.g. 'h100')"
+            return KernelChoice(FALLBACK_VARIANT, (), None, gpu_key, dtype, "fallback", False, reason)
         table, source, reason = borrowed
         if source != "predicted":  # another model's measurements: said (once per place, as warnings are)
             warnings.warn(reason, RuntimeWarning, stacklevel=5)
@@ -306,21 +307,9 @@ def is_predicted(table: DispatchTable) -> bool:
     return table.document.get("source") == "predicted"
 
 
-def fitted_tables_folder(database: Path) -> Path:
-    """Where ``fit`` writes the current tables of the SQLite database file ``database``, one JSON file
-    per (GPU, dtype, method), for the lookup to read without SQLAlchemy (the database stays the
-    source of truth: ``autotuner/records/store.py`` writes them on every fit)."""
-    return database.with_name(database.name + ".tables")
-
-
-def fitted_table_files(database: Path) -> list[Path]:
-    folder = fitted_tables_folder(database)
-    return sorted(folder.glob("*.json")) if folder.is_dir() else []
-
-
-def load_fitted_tables(database: Path) -> list[DispatchTable]:
-    """The tables ``fit`` wrote beside ``database`` (a file that cannot be read is warned about)."""
-    return [table for path in fitted_table_files(database) if (table := _load_or_warn(path)) is not None]
+def load_table_files(paths: Iterable[Path]) -> list[DispatchTable]:
+    """The tables in ``paths`` (a file that cannot be read is warned about and left out)."""
+    return [table for path in paths if (table := _load_or_warn(path)) is not None]
 
 
 def _integer_dims(m: Any, n: Any) -> tuple[int, int]:

@@ -1,16 +1,10 @@
-"""Dispatch tables in the tuning database: reading the current ones for the lookup, and the files
-``fit`` writes beside an SQLite database so that the lookup reads them without SQLAlchemy."""
+"""Dispatch tables in the tuning database: reading the current ones for the lookup and the service."""
 from __future__ import annotations
 
-import json
 import logging
-import os
-from pathlib import Path
-from typing import Any, Mapping
 
 from sqlalchemy.orm import Session
 
-from autotuner.lookup.select import fitted_tables_folder
 from autotuner.lookup.table import DispatchTable, TableFormatError
 from db.engine import reader_engine
 from db.location import chosen_database_url, missing_sqlite_file
@@ -56,18 +50,3 @@ def default_database_tables() -> list[DispatchTable]:
     except Exception as exc:
         log.warning("ignoring the tuning database's tables: %s", exc)
         return []
-
-
-def write_table_file(session: Session, document: Mapping[str, Any]) -> Path | None:
-    """Write a fitted table beside the session's SQLite database (``fitted_tables_folder``), atomically
-    (a reader sees the old file or the new one); None for a database that is not an SQLite file."""
-    url = session.get_bind().url
-    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
-        return None
-    folder = fitted_tables_folder(Path(url.database))
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{document['gpu']}_{document['dtype']}_{document['timing_method']}.json"
-    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    partial.write_text(json.dumps(document))
-    os.replace(partial, target)
-    return target

@@ -10,12 +10,12 @@ from __future__ import annotations
 import importlib
 import logging
 import multiprocessing as mp
-import os
 import signal
 import time
 from typing import Any, Sequence
 
 from autotuner.tune.measure import WorkItem, failure
+from kernels.settings import export, settings
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def _worker_main(conn, device_index: int | None, method: str, time_cap_s: float,
     # it would have its item in flight recorded as a fault (by a runner thread that saw it die).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if device_index is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(device_index, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        export({"CUDA_VISIBLE_DEVICES": visible_device(device_index, settings.cuda_visible_devices)})
     for hook in setup:  # "module:function", e.g. tests registering a deliberately faulting variant
         resolve_hook(hook)()
     measurer = resolve_hook(measurer_factory)(method, time_cap_s=time_cap_s)

@@ -76,9 +76,9 @@ def current_stream() -> Any:
 
 
 def _direct_launch_enabled() -> bool:
-    import os
+    from kernels.settings import settings
 
-    return os.environ.get(DIRECT_LAUNCH_ENV, "1") != "0"
+    return settings.cuda_direct_launch
 
 
 def _ensure_context() -> None:

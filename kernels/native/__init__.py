@@ -7,9 +7,9 @@ Optional: without it every call takes the Python path, which gives the same resu
   s, a C++ compiler and torch's headers needed); ``python -m kernels.native`` and
   ``autotuner warmup`` do it from a shell.
 - ``load()`` returns the built module, or None where it is not built (yet) for this torch, failed to
-  load, or ``SOFTMAX_AUTOTUNER_NATIVE=0`` is set. It never waits for a compiler: where the module is
+  load, or ``AUTOTUNER_NATIVE=0`` is set. It never waits for a compiler: where the module is
   not built, its first call starts ``build()`` in a background thread (once per process) and the
-  module is used from the first call after that build ends. ``SOFTMAX_AUTOTUNER_NATIVE=build``
+  module is used from the first call after that build ends. ``AUTOTUNER_NATIVE=build``
   builds on first use in the calling thread instead.
 
 The module's functions: ``run(x, stream, function, grid_x, block_x, shared_mem, slots, x_slot,
@@ -37,11 +37,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from kernels.settings import settings
+
 MODULE_NAME = "_softmax_native"
 SOURCE = Path(__file__).with_name("softmax_native.cpp")  # one translation unit: it includes the parts
 PARTS = sorted(SOURCE.parent.glob("*.inc"))
-ENV = "SOFTMAX_AUTOTUNER_NATIVE"  # "0": never use the module; "build": build it on first use, in the caller
-CACHE_ENV = "SOFTMAX_AUTOTUNER_CACHE"  # where built modules go (default ~/.cache/softmax-autotuner)
+ENV = "AUTOTUNER_NATIVE"  # "0": never use the module; "build": build it on first use, in the caller
+CACHE_ENV = "AUTOTUNER_CACHE_DIR"  # where built modules go (kernels/settings.py)
 
 _lock = threading.Lock()
 _loaded: dict[str, Any] = {}  # "module" -> the module or None, once load() has decided
@@ -60,8 +62,7 @@ def _torch_build_key() -> str:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "softmax-autotuner")
-    return Path(root) / "native"
+    return settings.cache_dir / "native"
 
 
 def module_path() -> Path:
@@ -71,7 +72,7 @@ def module_path() -> Path:
 
 
 def _compiler() -> str:
-    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+    for name in (settings.cxx, "g++", "c++", "clang++"):
         if name and shutil.which(name):
             return name
     raise NativeBuildError("no C++ compiler found (tried $CXX, g++, c++, clang++)")
@@ -139,7 +140,7 @@ _background: list[threading.Thread] = []  # the process's one background build, 
 
 
 def _load_uncached() -> Any:
-    mode = os.environ.get(ENV, "1")
+    mode = settings.native
     if mode == "0":
         return None
     try:

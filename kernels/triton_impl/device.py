@@ -9,7 +9,6 @@ are reported as ``None``. Host plumbing, like ``launch.py``: not part of a varia
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Sequence
@@ -29,7 +28,9 @@ def interpreting() -> bool:
 
         return bool(knobs.runtime.interpret)
     except (ImportError, AttributeError):  # older Triton: the environment variable is the switch
-        return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+        from kernels.settings import settings
+
+        return settings.triton_interpret
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ not part of a variant's source hash (``common.TritonVariant.source_files``).
 """
 from __future__ import annotations
 
-import os
 import time
 import weakref
 from functools import lru_cache
 from typing import Any, Sequence
 
+from kernels.settings import settings
 from kernels.triton_impl.device import interpreting
 
 _INT32 = (-(2**31), 2**31)
@@ -240,7 +240,7 @@ class Launcher:
         self.direct = (
             not _is_interpreted(fn)
             and _compiled_launch_takes_every_argument()
-            and os.environ.get(DIRECT_LAUNCH_ENV, "1") != "0"
+            and settings.triton_direct_launch
         )
 
     def _kwargs(self, consts: Sequence[Any]) -> dict[str, Any]:

@@ -69,15 +69,16 @@ def test_every_dtype_gets_a_table_with_cross_validated_regret(fitted):
 
 def test_fit_writes_each_table_beside_the_database_for_the_lookup(fitted, recorded):
     """The lookup reads these files without SQLAlchemy (autotuner/__init__.py); the database stays
-    the source of truth, and the files hold its current tables."""
-    from pathlib import Path
-
-    from autotuner.lookup.select import fitted_tables_folder, load_fitted_tables
+    the source of truth, and the files hold its current tables, the folder marked complete."""
+    from autotuner.lookup.select import load_table_files
+    from db.location import mirrored_table_files, tables_folder
 
     engine, gpu, _ = recorded
-    tables = load_fitted_tables(Path(engine.url.database))
+    files = mirrored_table_files(engine.url.render_as_string())
+    assert files is not None, "the folder of a database made by make_engine is marked complete"
+    tables = load_table_files(files)
     assert {t.key for t in tables} == {(gpu, dtype, "cold") for dtype in fitted}
-    assert fitted_tables_folder(Path(engine.url.database)).parent == Path(engine.url.database).parent
+    assert tables_folder(Path(engine.url.database)).parent == Path(engine.url.database).parent
     for table in tables:
         assert table.document == fitted[table.dtype]
 
