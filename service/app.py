@@ -14,14 +14,15 @@ import logging
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from sqlalchemy import Engine
 
 from autotuner.records.exchange import ExchangeDocument
 from db.engine import DatabaseError, make_engine, session_factory
 from db.integrity import check_integrity
-from service.config import Settings
+from service.config import Settings, SettingsError
+from service.deps import reject_repeated_parameters
 from service.errors import install_error_handlers, internal_error_body
 from service.fast_dispatch import FastDispatch
 from service.integrity import DatabaseCondition
@@ -57,6 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     in_memory = engine.url.get_backend_name() == "sqlite" and engine.url.database in (None, "", ":memory:")
     reads = BoundedReads(condition, None if in_memory else settings.database_url)
     live = LiveTables(engine, settings.reload_interval_s, settings.shipped_tables)
+    if settings.default_gpu is not None:
+        refuse_unanswered_default_gpu(settings.default_gpu, live.gpus_with_tables(), engine)
     upload_worker = UploadWorker(settings.database_url)
 
     @asynccontextmanager
@@ -77,7 +80,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             engine.dispose()
 
     app = ServiceApp(title="Softmax autotuner", version="1", description=DESCRIPTION, lifespan=lifespan,
-                     docs_url=None, redoc_url=None)  # service/routes/docs.py serves both without a CDN
+                     docs_url=None, redoc_url=None,  # service/routes/docs.py serves both without a CDN
+                     dependencies=[Depends(reject_repeated_parameters)])
     app.fast_dispatch = FastDispatch(functools.partial(FastAPI.__call__, app), live, settings, dispatch.answer_dispatch)
     app.state.settings = settings
     app.state.engine = engine
@@ -105,6 +109,15 @@ def refuse_damaged_database(engine: Engine, condition: DatabaseCondition, *, upl
         engine.dispose()
         where = engine.url.render_as_string(hide_password=True)
         raise DatabaseError(f"refusing to serve {where}: {problem.reason}")
+
+
+def refuse_unanswered_default_gpu(gpu: str, answered: set[str], engine: Engine) -> None:
+    """Start-up check: ``AUTOTUNER_DEFAULT_GPU`` names a model this server has a table for; otherwise
+    every ``/dispatch`` without ``gpu`` would be a 404."""
+    if gpu not in answered:
+        engine.dispose()
+        raise SettingsError(f"AUTOTUNER_DEFAULT_GPU={gpu!r}: this server has no table for that GPU model, so every "
+                            f"/dispatch without gpu would be refused; models with a table: {', '.join(sorted(answered))}")
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Annotated, Iterator
 
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
@@ -15,6 +16,19 @@ from autotuner.lookup.select import TableStore
 from service.config import Settings, UploadGrant
 from service.errors import ApiError
 from service.tables import LiveTables
+
+
+async def reject_repeated_parameters(request: Request) -> None:
+    """Every route's first check (an app-wide dependency): a query parameter given more than once is a
+    422, whatever the route and the parameter; read as its first or last value, ``m=1&m=2`` would be
+    answered for a shape the client may not have meant."""
+    params = request.query_params
+    names = [name for name, _ in params.multi_items()]
+    if len(names) != len(set(names)):
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        raise RequestValidationError([
+            {"type": "repeated", "loc": ("query", name), "input": [v for k, v in params.multi_items() if k == name],
+             "msg": f"given {names.count(name)} times; give each parameter once"} for name in repeated])
 
 
 async def get_settings(request: Request) -> Settings:

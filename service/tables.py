@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from autotuner.lookup.select import TableStore, load_shipped_tables
 from autotuner.records.store import tables_in_database
 from autotuner.lookup.table import DispatchTable
-from db.queries import current_tables_stamp
+from db.queries import current_table_gpus, current_tables_stamp
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,15 @@ class LiveTables:
             return True
         finally:
             self._lock.release()
+
+    def gpus_with_tables(self) -> set[str]:
+        """The GPU models the store will hold a table of (the shipped files' and the database's current
+        tables), found without reading the tables themselves."""
+        from autotuner.lookup.select import shipped_table_files
+
+        shipped = {path.stem.rsplit("_", 2)[0] for path in shipped_table_files()} if self.include_shipped else set()
+        with Session(self.engine) as session:
+            return shipped | current_table_gpus(session)
 
     def _shipped(self) -> list[DispatchTable]:
         return load_shipped_tables() if self.include_shipped else []

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import warnings
 from functools import wraps
+from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Optional
 
 import typer
@@ -65,6 +67,16 @@ def friendly(function: Callable[..., Any]) -> Callable[..., Any]:
         except (DatabaseError, GpuMismatchError, NoGpuError, FitError, TableFormatError) as exc:
             console.print(f"[red]error:[/red] {exc}", highlight=False)
             raise typer.Exit(1) from None
+        except OSError as exc:  # a file or folder the command reads or writes: which, and why
+            where = f"{exc.filename}: " if exc.filename else ""
+            console.print(f"[red]error:[/red] {where}{exc.strerror or exc}", highlight=False)
+            raise typer.Exit(1) from None
+        except Exception as exc:
+            if type(exc).__module__.startswith("sqlalchemy."):  # a server that does not answer, a lock held too long
+                reason = " ".join(str(getattr(exc, "orig", None) or exc).split())
+                console.print(f"[red]error:[/red] the database failed: {reason}", highlight=False)
+                raise typer.Exit(1) from None
+            raise
 
     return wrapper
 
@@ -78,6 +90,27 @@ def command(name: str | None = None, *, on: typer.Typer | None = None,
         return (on or app).command(name, context_settings=context_settings)(friendly(function))
 
     return register
+
+
+def output_file(path: str, option: str) -> Path:
+    """A file a command will write, checked before its work starts: not a folder, and in a folder
+    that exists (a bad path is a bad argument, exit 2)."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        raise UserError(f"{option} {path} is a folder; give a file name", code=2)
+    if not target.parent.is_dir():
+        raise UserError(f"{option} {path}: the folder {target.parent} does not exist", code=2)
+    return target
+
+
+def check_output_folder(path: str, option: str) -> Path:
+    """A folder a command will write into (made if missing), checked before its work starts: not a
+    file, and under a folder that exists (a bad path is a bad argument, exit 2)."""
+    target = Path(path).expanduser()
+    existing = next((p for p in (target, *target.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise UserError(f"{option} {path}: {existing} is a file, not a folder", code=2)
+    return target
 
 
 def parse_duration(text: str) -> float:
@@ -141,3 +174,11 @@ def main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log deta
          show_version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
                                                     help="Print the version and exit.")] = False) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """A warning as one line on the console (``warning: ...``), not Python's report of the source
+    file and line that raised it: the lookup's warnings speak to the command's user."""
+    console.print(f"[yellow]warning:[/yellow] {message}", highlight=False)

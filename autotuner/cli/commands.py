@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, app, command, console, how_to_fill, out, print_json, print_table
+from autotuner.cli.app import (DbOption, DtypesOption, MethodOption, UserError, app, check_output_folder, command, console,
+                               how_to_fill, out, output_file, print_json, print_table)
 from autotuner.fit.rule import DEFAULT_RULE
 
 
@@ -26,7 +27,6 @@ def fit(
     answer worse than, or cover less than, the one answering today (fitted or shipped) is not stored
     without --replace-worse; measurements that contradict earlier ones of the same shapes are listed."""
     from functools import partial
-    from pathlib import Path
 
     from sqlalchemy.orm import Session
 
@@ -35,15 +35,20 @@ def fit(
     from autotuner.tune.grid import parse_dtypes
     from autotuner.lookup.gpu import validate_gpu_key
     from autotuner.fit.rule import RULES
-    from db.engine import make_engine
+    from db.engine import make_engine, missing_sqlite_file, resolve_database_url
 
     if rule not in RULES:
         raise UserError(f"--rule {rule!r} is not one of {', '.join(RULES)}", code=2)
     key = validate_gpu_key(gpu)
-    engine = make_engine(db)
+    dtypes = parse_dtypes(dtype)
+    folder = check_output_folder(export, "--export") if export else None
+    url = resolve_database_url(db)
+    if missing_sqlite_file(url):  # nothing measured there: fitting makes no database
+        raise UserError(f"no database at {url.removeprefix('sqlite:///')}: nothing to fit; {how_to_fill(key)}")
+    engine = make_engine(url)
     report = Table("gpu", "dtype", "method", "candidates", "shapes", "regret geomean", "p95", "max")
     fitted = refused = 0
-    for dt in parse_dtypes(dtype):
+    for dt in dtypes:
         with Session(engine, expire_on_commit=False) as session, session.begin():
             today = guard.incumbent(session, key, dt, method)
             try:
@@ -66,8 +71,7 @@ def fit(
         regret = document["regret"]
         report.add_row(key, dt, method, str(len(document["candidates"])), str(len(document["points"])),
                        *(f"{regret[k]:.4f}" if regret[k] is not None else "-" for k in ("geomean", "p95", "max")))
-        if export:
-            folder = Path(export)
+        if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{key}_{dt}_{method}.json").write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
     if not fitted and not refused:
@@ -91,9 +95,13 @@ def select_command(
 ) -> None:
     """Print the kernel the dispatch tables choose for one shape, as JSON, with the table that answered
     (``table``: shipped or the database's, its fit time and source runs; null for the fallback)."""
+    from autotuner.lookup.gpu import current_gpu_key
     from autotuner.report.reports import answering_store, table_origin
 
     store, from_database = answering_store(db)
+    if gpu is None and current_gpu_key() is None:  # the fallback for "no GPU" would answer nothing useful
+        raise UserError(f"no GPU found on this host: pass --gpu MODEL (models with a table: {', '.join(store.gpus())})",
+                        code=2)
     choice = store.select(m, n, dtype, gpu=gpu, method=method)
     table_gpu = choice.source.removeprefix("nearest-gpu:").split("/")[0] if choice.source.startswith("nearest-gpu:") else choice.gpu
     table = store.get(table_gpu, choice.dtype, method)
@@ -110,8 +118,6 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="Print the shapes and per-dtype figures as JSON instead.")] = False,
 ) -> None:
     """Per shape: our best kernel against a copy of the same bytes (fraction of speed of light)."""
-    from pathlib import Path
-
     from sqlalchemy.orm import Session
 
     from autotuner.report.bench import markdown, report_document, shape_reports, summary
@@ -120,6 +126,7 @@ def report(
     from db.engine import reader_engine
 
     key = validate_gpu_key(gpu)
+    target = output_file(markdown_file, "--markdown") if markdown_file else None
     engine = reader_engine(db)
     reports = []
     if engine is not None:
@@ -128,8 +135,8 @@ def report(
         engine.dispose()
     if not reports:
         raise UserError(f"no measurements of {key} with method {method} in this database: {how_to_fill(key)}")
-    if markdown_file:
-        Path(markdown_file).write_text(markdown(reports) + "\n")
+    if target is not None:
+        target.write_text(markdown(reports) + "\n")
     if as_json:
         print_json(report_document(key, method, reports))
         return
@@ -224,8 +231,7 @@ def serve(
     from service.config import Settings, SettingsError
     from service.main import run
 
-    try:
-        settings = Settings(database_url=db) if db else Settings()
-    except SettingsError as exc:  # a short or shared upload token, a scope naming an unknown GPU
+    try:  # a bad value, a short or shared upload token, a scope naming an unknown GPU, a default GPU without a table
+        run(host, port, Settings(database_url=db) if db else Settings())
+    except SettingsError as exc:
         raise UserError(str(exc), code=2) from None
-    run(host, port, settings)

@@ -7,7 +7,8 @@ from typing import Annotated, Any, Callable, Iterable, Literal, Optional
 import typer
 from rich.table import Table
 
-from autotuner.cli.app import DbOption, DtypesOption, MethodOption, UserError, command, console, out, print_json, print_table
+from autotuner.cli.app import (DbOption, DtypesOption, MethodOption, UserError, check_output_folder, command, console, out,
+                               print_json, print_table)
 from autotuner.report.heldout import HELD_OUT_SETS
 
 SetName = Literal[tuple(HELD_OUT_SETS)]  # type: ignore[valid-type] - checked and listed by Typer
@@ -80,12 +81,14 @@ def evaluate(
     from autotuner.lookup.gpu import resolve_gpu, validate_gpu_key
     from autotuner.lookup.select import load_shipped_tables
     from autotuner.records.store import tables_in_database
-    from db.engine import make_engine
+    from db.engine import make_engine, missing_sqlite_file, reader_engine, resolve_database_url
 
     dtypes = grids.parse_dtypes(dtype)
-    engine = make_engine(db)
-    named = chosen_shapes(shape_set, seed, count, m, n, dtypes,
-                          lambda: tables_in_database(engine=engine) + load_shipped_tables())
+    # read only, until a sweep (which needs the GPU, found first) writes: no command that fails makes a
+    # database; without a sweep, a database named but missing is an error (``reader_engine``)
+    engine = None if sweep and missing_sqlite_file(resolve_database_url(db)) else reader_engine(db)
+    fitted = lambda: tables_in_database(engine=engine) if engine is not None else []  # noqa: E731
+    named = chosen_shapes(shape_set, seed, count, m, n, dtypes, lambda: fitted() + load_shipped_tables())
     key = validate_gpu_key(gpu) if gpu != "auto" else None
     if sweep:
         from autotuner.tune.env import collect_environment
@@ -101,6 +104,7 @@ def evaluate(
             "set": described_set(shape_set, seed, count), "m": sorted({s[0] for s in named}), "n": sorted({s[1] for s in named})}
         info = resolve_gpu(gpu, device)
         key = info.key
+        engine = make_engine(db)
         variants, _ = usable_variants(all_variants())
         candidates, items = plan(variants, shapes)
         held_out = Sweep(engine, info, collect_environment(), method, candidates, command=" ".join(sys.argv),
@@ -108,7 +112,7 @@ def evaluate(
         with WorkerRunner(device, method) as runner, SweepProgress(console, len(items)) as progress:
             held_out.run(runner, items, progress.update)
     scores = {}
-    for table in tables_in_database(engine=engine):
+    for table in fitted():
         if table.gpu == key and table.dtype in dtypes and table.timing_method == method:
             with Session(engine) as session:
                 scores[table.dtype] = held_out_scores(
@@ -172,6 +176,7 @@ def bench(
     shapes = sorted(chosen, key=lambda s: (s[2], s[0], s[1]))
     if not shapes:
         raise UserError(f"no shape left: every one is over --max-gib {max_gib or 2}", code=2)
+    check_output_folder(output, "--output")
     info = detect_gpu()  # after the flags: a bad flag is named even where no GPU is
     rows = bench_shapes(shapes, method, rounds=rounds, graph_launch=graph_launch,
                         progress=lambda line: console.print(line, highlight=False),

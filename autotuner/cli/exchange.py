@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from autotuner.cli.app import DbOption, UserError, command, out, print_json
+from autotuner.cli.app import DbOption, UserError, command, out, output_file, print_json
 
 
 def _open_text(path: Path, mode: str):  # noqa: ANN202 - a text file, gzip-compressed if named *.gz
@@ -29,6 +29,7 @@ def export_command(
     from autotuner.records.exchange import export_runs
     from db.engine import reader_engine
 
+    target = None if output == "-" else output_file(output, "OUTPUT")  # checked before the database is read
     engine = reader_engine(db)
     if engine is None:
         raise UserError("the database is empty: nothing exported")
@@ -41,7 +42,7 @@ def export_command(
     if output == "-":
         out.print(text, highlight=False, soft_wrap=True)
         return
-    with _open_text(Path(output), "w") as handle:
+    with _open_text(target, "w") as handle:
         handle.write(text)
     out.print(f"exported {len(document['runs'])} run(s) to {output}", highlight=False)
 
@@ -55,7 +56,7 @@ def import_command(
     """Load an exchange document into the database, all or nothing, and say what it wrote."""
     from sqlalchemy.orm import Session
 
-    from autotuner.records.exchange import import_runs
+    from autotuner.records.exchange import import_runs, parse_document
     from db.engine import make_engine
 
     path = Path(source)
@@ -66,8 +67,9 @@ def import_command(
             data = handle.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {source}: {exc}") from None
+    document = parse_document(data)  # a document that is not one is refused before a database is opened, or made
     with Session(make_engine(db), expire_on_commit=False) as session, session.begin():
-        summary = import_runs(session, data)
+        summary = import_runs(session, document)
     if as_json:
         print_json(summary.model_dump(mode="json"))
         return
