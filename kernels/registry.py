@@ -13,35 +13,39 @@ from kernels.base import Build, KernelConfig, LaunchGeometry, NativeRule, Suppor
 
 log = logging.getLogger(__name__)
 
-# (module, class) of every registered variant, in the order `autotuner kernels` lists them.
-_REGISTRY: tuple[tuple[str, str], ...] = (
-    ("kernels.torch_baseline", "TorchSoftmax"),
+# (name, backend, module, class) of every registered variant, in the order `autotuner kernels` lists them.
+# The name is the variant's identity everywhere (dispatch tables, the database, /dispatch, /kernels), so
+# it is written here, where it is known whatever is installed: a variant whose module cannot be imported
+# (no Triton on a base install) is still listed under its name. Loading checks that each class's own
+# ``name`` and ``backend`` (its module's text is its rows' source hash, so they stay there) agree.
+_REGISTRY: tuple[tuple[str, str, str, str], ...] = (
+    ("torch_softmax", "torch", "kernels.torch_baseline", "TorchSoftmax"),
     # CUDA C++ through CuPy: row held in registers
-    ("kernels.cuda.warp_row", "WarpRowCuda"),
-    ("kernels.cuda.short_rows", "ShortRowsCuda"),
-    ("kernels.cuda.short_rows_keep", "ShortRowsKeepCuda"),
-    ("kernels.cuda.block_fused", "BlockFusedCuda"),
-    ("kernels.cuda.block_online", "BlockOnlineCuda"),
-    ("kernels.cuda.packed16", "Packed16Cuda"),
+    ("cuda_warp_row", "cuda", "kernels.cuda.warp_row", "WarpRowCuda"),
+    ("cuda_short_rows", "cuda", "kernels.cuda.short_rows", "ShortRowsCuda"),
+    ("cuda_short_rows_keep", "cuda", "kernels.cuda.short_rows_keep", "ShortRowsKeepCuda"),
+    ("cuda_block_fused", "cuda", "kernels.cuda.block_fused", "BlockFusedCuda"),
+    ("cuda_block_online", "cuda", "kernels.cuda.block_online", "BlockOnlineCuda"),
+    ("cuda_packed16", "cuda", "kernels.cuda.packed16", "Packed16Cuda"),
     # CUDA C++: rows larger than one block's registers
-    ("kernels.cuda.two_pass", "TwoPassCuda"),
-    ("kernels.cuda.split_row", "SplitRowCuda"),
-    ("kernels.cuda.smem_cache", "SmemCacheMediumCuda"),
-    ("kernels.cuda.smem_cache", "SmemCacheExtremeCuda"),
-    ("kernels.cuda.cluster_split", "ClusterSplitCuda"),
-    ("kernels.cuda.cluster_keep", "ClusterKeepCuda"),
-    ("kernels.cuda.grid_split", "GridSplitCuda"),
-    ("kernels.cuda.long_split", "LongSplitCuda"),
+    ("cuda_online_two_pass", "cuda", "kernels.cuda.two_pass", "TwoPassCuda"),
+    ("cuda_split_row", "cuda", "kernels.cuda.split_row", "SplitRowCuda"),
+    ("cuda_smem_cache_medium", "cuda", "kernels.cuda.smem_cache", "SmemCacheMediumCuda"),
+    ("cuda_smem_cache_extreme", "cuda", "kernels.cuda.smem_cache", "SmemCacheExtremeCuda"),
+    ("cuda_cluster_split", "cuda", "kernels.cuda.cluster_split", "ClusterSplitCuda"),
+    ("cuda_cluster_keep", "cuda", "kernels.cuda.cluster_keep", "ClusterKeepCuda"),
+    ("cuda_grid_split", "cuda", "kernels.cuda.grid_split", "GridSplitCuda"),
+    ("cuda_long_split", "cuda", "kernels.cuda.long_split", "LongSplitCuda"),
     # Triton
-    ("kernels.triton_impl.fused_row", "TritonFusedRow"),
-    ("kernels.triton_impl.one_row", "TritonOneRow"),
-    ("kernels.triton_impl.tiled", "TritonTiledThreePass"),
-    ("kernels.triton_impl.online_tiled", "TritonOnlineTwoPass"),
-    ("kernels.triton_impl.split_row", "TritonSplitRow"),
+    ("triton_fused_row", "triton", "kernels.triton_impl.fused_row", "TritonFusedRow"),
+    ("triton_one_row", "triton", "kernels.triton_impl.one_row", "TritonOneRow"),
+    ("triton_tiled_three_pass", "triton", "kernels.triton_impl.tiled", "TritonTiledThreePass"),
+    ("triton_online_two_pass", "triton", "kernels.triton_impl.online_tiled", "TritonOnlineTwoPass"),
+    ("triton_split_row", "triton", "kernels.triton_impl.split_row", "TritonSplitRow"),
     # optional and third-party
-    ("kernels.cute_online", "CuteOnline"),
-    ("kernels.external", "QuackSoftmax"),
-    ("kernels.external", "LigerSoftmax"),
+    ("cute_online", "cute", "kernels.cute_online", "CuteOnline"),
+    ("quack_softmax", "external", "kernels.external", "QuackSoftmax"),
+    ("liger_softmax", "external", "kernels.external", "LigerSoftmax"),
 )
 
 _extra: list[Variant] = []
@@ -78,12 +82,12 @@ def plan_rule(rule: NativeRule, build: Build, device: int, stream: int, n: int) 
 
 
 class UnimportableVariant(Variant):
-    """Stands in for a variant whose module failed to import, so listings can say why."""
+    """Stands in for a registered variant whose module failed to import, under its registered name
+    and backend, so listings can say why."""
 
-    backend = "unknown"
-
-    def __init__(self, name: str, reason: str):
+    def __init__(self, name: str, backend: str, reason: str):
         self._name = name
+        self.backend = backend
         self._reason = reason
 
     @property
@@ -100,16 +104,25 @@ class UnimportableVariant(Variant):
         raise RuntimeError(self._reason)
 
 
+def registered_names() -> tuple[str, ...]:
+    """Every registered variant's name, whatever is installed (nothing is imported)."""
+    return tuple(entry[0] for entry in _REGISTRY)
+
+
 @lru_cache(maxsize=1)
 def _registered() -> tuple[Variant, ...]:
     variants: list[Variant] = []
-    for module_name, class_name in _REGISTRY:
+    for name, backend, module_name, class_name in _REGISTRY:
         try:
             cls = getattr(importlib.import_module(module_name), class_name)
-            variants.append(cls())
         except Exception as exc:  # an optional backend missing must not hide the others
-            log.warning("variant %s.%s not importable: %s", module_name, class_name, exc)
-            variants.append(UnimportableVariant(class_name, f"import failed: {type(exc).__name__}: {exc}"))
+            log.warning("variant %s (%s.%s) not importable: %s", name, module_name, class_name, exc)
+            variants.append(UnimportableVariant(name, backend, f"import failed: {type(exc).__name__}: {exc}"))
+            continue
+        if (cls.name, cls.backend) != (name, backend):  # the registry and the class must name one variant
+            raise RuntimeError(f"{module_name}.{class_name} is {cls.name!r} ({cls.backend}) but registered as "
+                               f"{name!r} ({backend}): make kernels/registry.py agree with it")
+        variants.append(cls())
     return tuple(variants)
 
 

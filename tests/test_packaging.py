@@ -19,6 +19,7 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 import autotuner
 from autotuner._version import UNKNOWN
+from kernels.registry import registered_names
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("kernels", "autotuner", "db", "service")
@@ -114,7 +115,7 @@ from autotuner.cli import app
 selected = json.loads(CliRunner().invoke(app, ["select", "4096", "4096", "bf16", "--gpu", "h100"]).stdout)
 loaded = sorted(m for m in sys.modules if m.partition(".")[0] in ("torch", "triton"))
 print(json.dumps({"choice": choice.as_dict(), "dispatch": [dispatch.status_code, dispatch.json()], "cli": selected,
-                  "head": [head.status_code, head.text], "kernels": kernels.status_code, "loaded": loaded}))
+                  "head": [head.status_code, head.text], "kernels": [kernels.status_code, kernels.json()], "loaded": loaded}))
 """
     child = _light_child(code, tmp_path)
     assert child.returncode == 0, child.stderr[-3000:]
@@ -122,7 +123,11 @@ print(json.dumps({"choice": choice.as_dict(), "dispatch": [dispatch.status_code,
     assert answer["choice"]["source"] == "table" and answer["choice"]["variant"] != "torch_softmax"
     status, body = answer["dispatch"]
     assert status == 200 and body["variant"] == answer["choice"]["variant"] == answer["cli"]["variant"]
-    assert answer["head"] == [200, ""] and answer["kernels"] == 200 and answer["loaded"] == []
+    assert answer["head"] == [200, ""] and answer["kernels"][0] == 200 and answer["loaded"] == []
+    # the names /kernels lists are the names /dispatch answers, Triton installed or not
+    listed = {entry["name"]: entry for entry in answer["kernels"][1]}
+    assert body["variant"] in listed and listed["triton_one_row"]["backend"] == "triton"
+    assert list(listed) == list(registered_names())
 
 
 def test_a_light_install_accepts_an_upload(tmp_path):
@@ -165,6 +170,9 @@ print(result.stdout)
     assert not any(entry["available"] for entry in listed)
     reasons = " ".join(entry["reason"] for entry in listed)
     assert "torch" in reasons and "triton" in reasons
+    assert [entry["name"] for entry in listed] == list(registered_names())  # never a class name
+    backends = {entry["name"]: entry["backend"] for entry in listed}
+    assert backends["triton_one_row"] == "triton" and backends["torch_softmax"] == "torch" and "unknown" not in backends.values()
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping
 
 from autotuner.lookup.gpu_models import GPU_MODELS, runs_on
 from kernels import all_variants
+from kernels.registry import UnimportableVariant
 
 
 def describe_variants(check_available: bool = True) -> list[dict[str, Any]]:
@@ -19,7 +20,7 @@ def describe_variants(check_available: bool = True) -> list[dict[str, Any]]:
     (``runs_every_config_on``)."""
     described = []
     for variant in all_variants():
-        unimportable = getattr(variant, "backend", "") == "unknown"  # registry stand-in: keep its reason
+        unimportable = isinstance(variant, UnimportableVariant)  # registry stand-in: keep its reason
         support = variant.available() if (check_available or unimportable) else None
         try:
             declared = variant.all_configs()
