@@ -4,7 +4,7 @@
 # Extra arguments go to pytest, e.g. `scripts/test.sh -m gpu` on a GPU host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/setup_env.sh
+source scripts/setup_env.sh test
 
 # Headless Chromium for the page's screenshot test (tests/service/test_page.py): installed from the
 # distribution's packages where this runs as root with apt-get; without it that test skips itself.
@@ -43,8 +43,8 @@ fi
 python -m compileall -q -j 0 kernels autotuner db service tests bench scripts >/dev/null
 # The CPU suite runs on every core (pytest-xdist, a test file per worker so that a module's fixtures, such
 # as an imported recording, are built once); a GPU host runs one process so that GPU timings are not
-# disturbed. TEST_WORKERS=N (0: no workers) chooses.
-workers=${TEST_WORKERS:-}
+# disturbed. AUTOTUNER_TEST_WORKERS=N (0: no workers) chooses.
+workers=${AUTOTUNER_TEST_WORKERS:-}
 if [ -z "$workers" ]; then
   if command -v nvidia-smi >/dev/null 2>&1; then workers=0; else workers=auto; fi
 fi

@@ -49,10 +49,56 @@ def test_importing_a_shipped_recording_gives_report_its_measurements(tmp_path):
     assert "bf16" in after.stdout and "3" in after.stdout  # rows of measured shapes (held-out M = 3, 77, 2000)
 
 
-def test_main_sh_reads_the_host_and_port_the_readme_documents():
+def test_main_sh_installs_the_serving_set_and_passes_its_arguments_to_serve():
     script = (ROOT / "scripts" / "main.sh").read_text()
-    assert '"${HOST:-127.0.0.1}"' in script and '"${PORT:-8000}"' in script
-    assert "`HOST` (default `127.0.0.1`)" in README and "`PORT` (default `8000`)" in README
+    assert "source scripts/setup_env.sh serve\n" in script and 'exec autotuner serve "$@"' in script
+    assert "source scripts/setup_env.sh test\n" in (ROOT / "scripts" / "test.sh").read_text()
+    assert "`scripts/main.sh --host 0.0.0.0 --port 9000`" in README
+
+
+STUB_PYTHON = """#!/usr/bin/env bash
+echo "$*" >> "$SETUP_LOG"
+[ "$1 $2" = "-c import torch" ] && exit 1   # no torch here yet
+if [ "$1" = -m ]; then echo "Requirement already satisfied: noise"; echo "Collecting ${@: -1}"; [ -n "$SETUP_FAIL" ] && exit 1; fi
+exit 0
+"""
+
+
+def _setup(folder: Path, chosen: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """scripts/setup_env.sh sourced in ``folder``, its .venv's python a stub that logs what it is asked."""
+    log = folder / "calls.log"
+    log.unlink(missing_ok=True)
+    done = subprocess.run(["bash", "-c", f"source scripts/setup_env.sh {chosen}"], cwd=folder, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "SETUP_LOG": str(log), **env})
+    calls = [line for line in log.read_text().splitlines() if line.startswith("-m pip")] if log.exists() else []
+    return done, calls
+
+
+def test_setup_env_installs_one_set_or_the_other_and_switches_between_them(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "setup_env.sh").write_text((ROOT / "scripts" / "setup_env.sh").read_text())
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(STUB_PYTHON)
+    (bin_dir / "python").chmod(0o755)
+    (bin_dir / "activate").write_text(f'PATH="{bin_dir}:$PATH"\n')
+
+    done, calls = _setup(tmp_path, "serve", SETUP_FAIL="1")  # pip fails: said, no stamp, not 0
+    assert done.returncode != 0 and "could not install softmax-autotuner" in done.stderr
+    assert not list((tmp_path / ".venv").glob(".installed-*"))
+    done, calls = _setup(tmp_path, "serve")
+    assert done.returncode == 0, done.stderr
+    assert calls == ["-m pip install --disable-pip-version-check -e ."]  # no torch, no extras
+    assert "installing softmax-autotuner into .venv" in done.stderr and "  Collecting ." in done.stderr
+    assert "Requirement already satisfied" not in done.stdout + done.stderr
+    assert _setup(tmp_path, "serve")[1] == []  # once
+    done, calls = _setup(tmp_path, "test")
+    assert [call.split()[-1] for call in calls] == ["torch==2.13.0", ".[dev,kernels]"], calls
+    assert _setup(tmp_path, "serve")[1] == [] and _setup(tmp_path, "test")[1] == []  # the test set holds the serving one
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'y'\n")  # a change installs again
+    assert _setup(tmp_path, "serve")[1] == ["-m pip install --disable-pip-version-check -e ."]
+    assert _setup(tmp_path, "other")[0].returncode == 2
 
 
 def test_default_gpu_variable_is_documented_and_read_by_the_service(monkeypatch):
