@@ -10,9 +10,11 @@
 # stack; `serve` after `test` has nothing to do (the test set holds the serving one). A GPU host installs
 # its CUDA build of torch and `pip install -e '.[cuda13]'` itself: see README.md.
 setup_set=${1:-test}
+# serve: no bytecode compiled at install (most of a fresh install's time on a 2-core machine, for modules a
+# server never imports); the test stack keeps it: the suite's hundreds of processes import them all
 case "$setup_set" in
-  serve) setup_extras="" ;;
-  test) setup_extras="[dev,kernels]" ;;
+  serve) setup_extras=""; setup_options="--no-compile" ;;
+  test) setup_extras="[dev,kernels]"; setup_options="" ;;
   *) echo "setup_env.sh: unknown set '$setup_set' (serve or test)" >&2; return 2 ;;
 esac
 
@@ -40,8 +42,8 @@ if [ ! -f ".venv/.installed-$setup_set-$setup_hash" ] && ! { [ "$setup_set" = se
     setup_pip "torch==2.13.0" || setup_pip torch || { setup_say "could not install torch"; return 1; }
   fi
   setup_say "installing softmax-autotuner$setup_extras into .venv"
-  setup_pip -e ".$setup_extras" || { setup_say "could not install softmax-autotuner$setup_extras (pip's errors above)"; return 1; }
+  setup_pip $setup_options -e ".$setup_extras" || { setup_say "could not install softmax-autotuner$setup_extras (pip's errors above)"; return 1; }
   touch ".venv/.installed-$setup_set-$setup_hash"
   setup_say "installed the $setup_set set in $((SECONDS - setup_started)) s"
 fi
-unset setup_set setup_extras setup_hash setup_started
+unset setup_set setup_extras setup_options setup_hash setup_started

@@ -89,7 +89,7 @@ def test_setup_env_installs_one_set_or_the_other_and_switches_between_them(tmp_p
     assert not list((tmp_path / ".venv").glob(".installed-*"))
     done, calls = _setup(tmp_path, "serve")
     assert done.returncode == 0, done.stderr
-    assert calls == ["-m pip install --disable-pip-version-check -e ."]  # no torch, no extras
+    assert calls == ["-m pip install --disable-pip-version-check --no-compile -e ."]  # no torch, no extras
     assert "installing softmax-autotuner into .venv" in done.stderr and "  Collecting ." in done.stderr
     assert "Requirement already satisfied" not in done.stdout + done.stderr
     assert _setup(tmp_path, "serve")[1] == []  # once
@@ -97,7 +97,7 @@ def test_setup_env_installs_one_set_or_the_other_and_switches_between_them(tmp_p
     assert [call.split()[-1] for call in calls] == ["torch==2.13.0", ".[dev,kernels]"], calls
     assert _setup(tmp_path, "serve")[1] == [] and _setup(tmp_path, "test")[1] == []  # the test set holds the serving one
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'y'\n")  # a change installs again
-    assert _setup(tmp_path, "serve")[1] == ["-m pip install --disable-pip-version-check -e ."]
+    assert _setup(tmp_path, "serve")[1] == ["-m pip install --disable-pip-version-check --no-compile -e ."]
     assert _setup(tmp_path, "other")[0].returncode == 2
 
 
