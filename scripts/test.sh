@@ -4,17 +4,18 @@
 # Extra arguments go to pytest, e.g. `scripts/test.sh -m gpu` on a GPU host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/setup_env.sh test
 
 # Headless Chromium for the page's screenshot test (tests/service/test_page.py): installed from the
-# distribution's packages where this runs as root with apt-get; without it that test skips itself.
+# distribution's packages where this runs as root with apt-get (without it that test skips itself), in
+# the background while .venv is set up: both mostly wait on downloads.
+chromium_job=""
 if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  if (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/tmp/autotuner-chromium.log 2>&1; then
-    echo "test.sh: chromium installed for the page's screenshot test"
-  else
-    echo "test.sh: could not install chromium (log: /tmp/autotuner-chromium.log); the screenshot test will be skipped" >&2
-  fi
+  echo "test.sh: installing chromium for the page's screenshot test, in the background (log: /tmp/autotuner-chromium.log)"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) \
+    >/tmp/autotuner-chromium.log 2>&1 &
+  chromium_job=$!
 fi
+source scripts/setup_env.sh test
 
 pg_dir=""
 # On exit: stop the throwaway server and remove its folder (data, logs, socket; about 40 MB).
@@ -41,6 +42,13 @@ fi
 # set it) every process the tests start (CLI runs, sweep workers, upload processes) would otherwise
 # compile the modules it imports again, about 0.25 s a start (py_compile writes whatever that says).
 python -m compileall -q -j 0 kernels autotuner db service tests bench scripts >/dev/null
+if [ -n "$chromium_job" ]; then
+  if wait "$chromium_job"; then
+    echo "test.sh: chromium installed"
+  else
+    echo "test.sh: could not install chromium (log: /tmp/autotuner-chromium.log); the screenshot test will be skipped" >&2
+  fi
+fi
 # The CPU suite runs on every core (pytest-xdist, a test file per worker so that a module's fixtures, such
 # as an imported recording, are built once); a GPU host runs one process so that GPU timings are not
 # disturbed. AUTOTUNER_TEST_WORKERS=N (0: no workers) chooses.

@@ -44,7 +44,7 @@ def fit(
     folder = check_output_folder(export, "--export") if export else None
     url = resolve_database_url(db)
     if missing_sqlite_file(url):  # nothing measured there: fitting makes no database
-        raise UserError(f"no database at {url.removeprefix('sqlite:///')}: nothing to fit; {how_to_fill(key)}")
+        raise UserError(f"no database at {url.removeprefix('sqlite:///')}: nothing to fit; {how_to_fill(key)}", code=2)
     engine = make_engine(url)
     report = Table("gpu", "dtype", "method", "candidates", "shapes", "regret geomean", "p95", "max")
     fitted = refused = 0

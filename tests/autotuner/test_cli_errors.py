@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from autotuner.cli import app
 from autotuner.lookup.gpu import current_gpu_key
+from tests.conftest import copy_database
 
 NARROW = {"COLUMNS": "60", "TERM": "dumb"}
-RECORDING = Path(__file__).resolve().parents[1] / "data" / "h100_sweep.json.gz"
 
 
 def run(*args: str, home: Path, **env: str):
@@ -62,19 +62,16 @@ def test_a_command_that_fails_or_only_reads_makes_no_default_database(tmp_path, 
 def test_fit_on_a_missing_database_says_what_to_do_and_creates_nothing(tmp_path):
     missing = tmp_path / "missing.sqlite"
     result = run("fit", "--gpu", "h100", "--db", str(missing), home=tmp_path / "home")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # as a command that only reads: the database named is not there
     line = one_error_line(result)
     assert f"no database at {missing}: nothing to fit" in line and "autotuner import" in line
     assert files_under(tmp_path) == []
 
 
-@pytest.fixture(scope="module")
-def filled(tmp_path_factory) -> Path:
+@pytest.fixture
+def filled(recording_template, tmp_path) -> Path:
     """A database holding the recorded H100 runs (for commands that get as far as writing a file)."""
-    database = tmp_path_factory.mktemp("filled") / "tuning.sqlite"
-    result = CliRunner().invoke(app, ["import", str(RECORDING), "--db", str(database)])
-    assert result.exit_code == 0, result.output
-    return database
+    return copy_database(recording_template("h100_sweep"), tmp_path / "filled" / "tuning.sqlite")
 
 
 @pytest.mark.parametrize(("command", "said"), [

@@ -66,12 +66,14 @@ def test_a_table_that_picks_slower_kernels_is_worse_and_names_the_shapes():
     assert guard.check_replacement(worse, guard.Incumbent(today, "x"), replace_worse=True).reasons
 
 
-def test_importing_the_classic_sweep_then_fitting_keeps_the_shipped_h100_answers(tmp_path):
-    """The README step of issue 31: without the guard it replaced the shipped H100 tables with 137-141-shape
+def test_importing_the_classic_sweep_then_fitting_keeps_the_shipped_h100_answers(tmp_path, recording_template):
+    """The README step of issue 31 (`autotuner import tests/data/h100_sweep.json.gz`, here the test run's
+    one import of it, copied): without the guard it replaced the shipped H100 tables with 137-141-shape
     ones (bf16 1x1048576 cuda_long_split 9.3 us -> cuda_online_two_pass 88.8 us)."""
-    database = str(tmp_path / "t.sqlite")
+    from tests.conftest import copy_database
+
+    database = str(copy_database(recording_template("h100_sweep"), tmp_path / "t.sqlite"))
     runner = CliRunner()
-    assert runner.invoke(app, ["import", str(SWEEP), "--db", database]).exit_code == 0
     refused = runner.invoke(app, ["fit", "--gpu", "h100", "--dtype", "bf16", "--db", database])
     assert refused.exit_code == 1, refused.output
     text = " ".join(refused.output.split())

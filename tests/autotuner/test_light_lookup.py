@@ -2,7 +2,6 @@
 and it works where SQLAlchemy is not installed at all."""
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import subprocess
@@ -12,7 +11,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDING = ROOT / "tests" / "data" / "h100_sweep.json.gz"
 
 PROBE = """
 import sys, time, json
@@ -98,24 +96,16 @@ def test_a_database_without_sqlalchemy_installed_leaves_the_shipped_tables_answe
     assert "is not read" in done.stderr and "pip install sqlalchemy" in done.stderr
 
 
-@pytest.fixture(scope="module")
-def default_databases(tmp_path_factory) -> dict[str, Path]:
+@pytest.fixture
+def default_databases(recording_template, tmp_path) -> dict[str, Path]:
     """XDG data homes whose default database is empty (as `autotuner serve` makes it) or holds the
     imported H100 recording (as `autotuner import tests/data/h100_sweep.json.gz` does): no fitted table."""
-    from sqlalchemy.orm import Session
-
-    from autotuner.records.exchange import import_runs
     from db import make_engine
-    from db.location import SQLITE_PREFIX
+    from tests.conftest import copy_database
 
-    homes = {"empty": tmp_path_factory.mktemp("empty-home"), "imported": tmp_path_factory.mktemp("imported-home")}
-    for name, home in homes.items():
-        engine = make_engine(str(home / "softmax-autotuner" / "tuning.sqlite"))
-        if name == "imported":
-            with gzip.open(RECORDING, "rt") as handle, Session(engine) as session, session.begin():
-                import_runs(session, handle.read())
-        assert engine.url.render_as_string().startswith(SQLITE_PREFIX)
-        engine.dispose()
+    homes = {"empty": tmp_path / "empty-home", "imported": tmp_path / "imported-home"}
+    make_engine(str(homes["empty"] / "softmax-autotuner" / "tuning.sqlite")).dispose()
+    copy_database(recording_template("h100_sweep"), homes["imported"] / "softmax-autotuner" / "tuning.sqlite")
     return homes
 
 

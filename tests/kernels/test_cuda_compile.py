@@ -26,7 +26,7 @@ import kernels.registry
 from kernels.cuda import loader
 
 ARCHS = (80, 90)
-CUDA_ENTRIES = [(module, cls) for module, cls in kernels.registry._REGISTRY if module.startswith("kernels.cuda.")]
+CUDA_ENTRIES = [(module, cls) for _name, _backend, module, cls in kernels.registry._REGISTRY if module.startswith("kernels.cuda.")]
 NVCC = shutil.which("nvcc") or (
     "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None
 )
