@@ -17,13 +17,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from db.location import COMPLETE_MARK, sqlite_file, tables_folder
-from db.models import DispatchTableRow
+from db.models import DispatchTableRow, GpuModel
 
 log = logging.getLogger(__name__)
 
 
-def table_file_name(document: Mapping[str, Any]) -> str:
-    return f"{document['gpu']}_{document['dtype']}_{document['timing_method']}.json"
+def table_file_name(gpu: str, dtype: str, timing_method: str) -> str:
+    return f"{gpu}_{dtype}_{timing_method}.json"
 
 
 def database_file(engine: Engine) -> Path | None:
@@ -37,20 +37,20 @@ def database_file(engine: Engine) -> Path | None:
 _PENDING = "db.mirror.pending"  # session.info key: (database file, document) to write at the commit
 
 
-def mirror_on_commit(session: Session, document: Mapping[str, Any]) -> None:
+def mirror_on_commit(session: Session, key: tuple[str, str, str], document: Mapping[str, Any]) -> None:
     """Write ``document`` (a table just stored as current in ``session``) to the folder once the
     session's transaction commits; nothing where it rolls back or the database is not an SQLite file."""
     database = database_file(session.get_bind())
     if database is not None:
-        session.info.setdefault(_PENDING, []).append((database, document))
+        session.info.setdefault(_PENDING, []).append((database, key, document))
 
 
 @event.listens_for(Session, "after_commit")
 def _write_pending(session: Session) -> None:
-    for database, document in session.info.pop(_PENDING, ()):
+    for database, key, document in session.info.pop(_PENDING, ()):
         try:
             tables_folder(database).mkdir(exist_ok=True)
-            _write_atomic(tables_folder(database) / table_file_name(document), json.dumps(document))
+            _write_atomic(tables_folder(database) / table_file_name(*key), json.dumps(document))
         except OSError as exc:  # the table is stored; only its copy is missing: readers then read the database
             log.warning("could not write the table file beside %s (%s); lookups read the database instead", database, exc)
             _unmark(database)
@@ -85,19 +85,20 @@ def complete_folder(engine: Engine) -> None:
         return
     try:
         with Session(engine) as session:
-            documents = list(session.scalars(select(DispatchTableRow.payload).where(DispatchTableRow.is_current.is_(True))))
+            documents = {table_file_name(gpu, dtype, method): payload for gpu, dtype, method, payload in session.execute(
+                select(GpuModel.key, DispatchTableRow.dtype, DispatchTableRow.timing_method, DispatchTableRow.payload)
+                .join(GpuModel, DispatchTableRow.gpu_model_id == GpuModel.id).where(DispatchTableRow.is_current.is_(True)))}
     except SQLAlchemyError as exc:  # left unmarked: readers read the database, as before
         log.warning("could not read the current tables of %s to write them beside it (%s)", database, exc)
         return
     folder = tables_folder(database)
     try:
         folder.mkdir(exist_ok=True)
-        names = {table_file_name(document) for document in documents}
         for stale in folder.glob("*.json"):
-            if stale.name not in names:
+            if stale.name not in documents:
                 stale.unlink()
-        for document in documents:
-            _write_atomic(folder / table_file_name(document), json.dumps(document))
+        for name, document in documents.items():
+            _write_atomic(folder / name, json.dumps(document))
         _write_atomic(folder / COMPLETE_MARK, "")
     except OSError as exc:
         log.warning("could not write the tables folder %s (%s); lookups read the database instead", folder, exc)

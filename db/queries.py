@@ -244,7 +244,7 @@ def save_table(
     )
     session.add(table)
     session.flush()
-    mirror_on_commit(session, payload)
+    mirror_on_commit(session, (gpu.key, dtype, timing_method), payload)
     return table
 
 

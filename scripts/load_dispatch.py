@@ -130,7 +130,7 @@ def start_server(database_url: str, workers: int, gpu: str) -> tuple[subprocess.
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "AUTOTUNER_DATABASE_URL": database_url, "AUTOTUNER_DEFAULT_GPU": gpu}
+    env = {**os.environ, "AUTOTUNER_DB": database_url, "AUTOTUNER_DEFAULT_GPU": gpu}
     command = [sys.executable, "-m", "uvicorn", "service.app:create_app", "--factory", "--host", "127.0.0.1",
                "--port", str(port), "--workers", str(workers), "--no-access-log", "--log-level", "warning",
                "--timeout-graceful-shutdown", "10"]

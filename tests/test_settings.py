@@ -67,9 +67,8 @@ def test_every_variable_named_in_the_product_is_in_the_table():
     for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("AUTOTUNER_") \
-                        and node.value.rstrip("_").isupper() and " " not in node.value and node.value != "AUTOTUNER_":
-                    named.add(node.value)
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    named.update(re.findall(r"\bAUTOTUNER_[A-Z0-9_]*[A-Z0-9]", node.value))
     assert named - known == set()
 
 
