@@ -61,7 +61,36 @@ _KEPT_NATIVE_RULES = {
     "triton_fused_row": NativeRule(LaunchGeometry(), by_class=True, m_slot=2, n_slot=3, m_unspecialised=True,
                                    cap_per_class=True),
 }
-MOST_ROWS = 2**31 - 1  # the most rows of a one-dimensional grid: a persistent grid's cap describes itself there
+MOST_ROWS = 2**31 - 1
+
+# Configs variants declared before and no longer sweep, whose rows the committed recordings hold
+# (tests/data, bench/data): still declared for the rows that measured them (an upload of such a run
+# is genuine history, ``autotuner/records/plausibility.py``). Kept here, not in the variants' modules,
+# for the reason the native rules above are. A config leaves a variant's ``all_configs`` for this list.
+FORMER_CONFIGS: dict[str, tuple[str, ...]] = {
+    "cuda_cluster_split": (
+        "cluster=16,block=1024,packs=4,smem=0", "cluster=16,block=512,packs=8,smem=0",
+        "cluster=2,block=1024,packs=8,smem=0", "cluster=4,block=1024,packs=8,smem=0",
+        "cluster=4,block=512,packs=8,smem=0", "cluster=8,block=1024,packs=4,smem=0",
+        "cluster=8,block=1024,packs=8,smem=0",
+    ),
+    "cuda_short_rows": tuple(f"lanes={lanes},elems=8,rows=2,block={block},persistent={persistent}"
+                             for lanes in (4, 8, 16, 32) for block, persistent in ((128, 0), (256, 0), (256, 1))),
+    "cuda_split_row": ("block=1024,split=16", "block=1024,split=auto", "block=256,split=64", "block=512,split=32",
+                       "block=512,split=auto"),
+    "triton_online_two_pass": (
+        "block=2048,num_warps=4,num_stages=1,per_sm=0", "block=4096,num_warps=16,num_stages=1,per_sm=0",
+        "block=4096,num_warps=16,num_stages=3,per_sm=1", "block=4096,num_warps=8,num_stages=1,per_sm=0",
+        "block=4096,num_warps=8,num_stages=3,per_sm=2", "block=8192,num_warps=16,num_stages=1,per_sm=0",
+        "block=8192,num_warps=16,num_stages=2,per_sm=1", "block=8192,num_warps=16,num_stages=3,per_sm=1",
+        "block=8192,num_warps=32,num_stages=3,per_sm=1",
+    ),
+    "triton_split_row": ("block=8192,num_warps=16,num_stages=2,per_sm=1",),
+    "triton_tiled_three_pass": (
+        "block=4096,num_warps=16,num_stages=1,per_sm=0", "block=4096,num_warps=8,num_stages=3,per_sm=2",
+        "block=8192,num_warps=16,num_stages=1,per_sm=0", "block=8192,num_warps=16,num_stages=3,per_sm=1",
+    ),
+}  # the most rows of a one-dimensional grid: a persistent grid's cap describes itself there
 
 
 def native_rule(build: Build) -> NativeRule | None:
@@ -129,6 +158,14 @@ def _registered() -> tuple[Variant, ...]:
 def all_variants() -> list[Variant]:
     """Every registered variant, plus any registered at run time (tests register faulting ones)."""
     return [*_registered(), *_extra]
+
+
+def declared_config_keys(variant: Variant) -> frozenset[str]:
+    """The keys of every config ``variant`` declares: its ``all_configs`` and its ``FORMER_CONFIGS``.
+    Raises RuntimeError where the variant's module could not be imported here (its configs are unknown)."""
+    if isinstance(variant, UnimportableVariant):
+        raise RuntimeError(variant.available().reason)
+    return frozenset(config.key for config in variant.all_configs()) | frozenset(FORMER_CONFIGS.get(variant.name, ()))
 
 
 def get_variant(name: str) -> Variant:

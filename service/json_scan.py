@@ -2,7 +2,9 @@
 at a time, and every other value is decoded by ``json``'s C scanner from a sliding text window, so
 memory holds about one block plus the value at hand, whatever the document's size.
 
-Strict where ``json`` is lenient: NaN, Infinity and -Infinity are refused. A problem raises
+Strict where ``json`` is lenient: NaN, Infinity and -Infinity are refused, and so is a value nested
+deeper than ``autotuner.records.exchange.MAX_NESTING_DEPTH`` (before it is decoded: ``json``'s
+decoder recurses once a level, and thousands of levels end the process). A problem raises
 :class:`JsonError` with its place (the keys and list indexes leading to it, pydantic-style).
 """
 from __future__ import annotations
@@ -12,12 +14,17 @@ import json
 import re
 from typing import IO, Any, Iterator
 
+from autotuner.records.exchange import MAX_NESTING_DEPTH
+
 BLOCK_BYTES = 1 << 20
 MAX_VALUE_CHARS = 16 << 20  # a single scalar, or a container decoded whole, longer than this is refused
 _WHITESPACE = " \t\n\r"
 # An object holding no object or list: its end is found by one regular-expression match, without
 # building its values (strings may hold braces, brackets and escaped quotes).
 _FLAT_OBJECT = re.compile(r'\{(?:[^{}\[\]"]++|"(?:[^"\\]++|\\.)*+")*+\}', re.S)  # possessive: no backtracking
+# What changes the nesting depth: a bracket outside strings (a string is matched whole, so the
+# brackets inside it are skipped; an unclosed one at the window's end matches its quote alone).
+_STRUCTURE = re.compile(r'"(?:[^"\\]++|\\.)*+"|[\[\]{}"]', re.S)
 
 
 class JsonError(ValueError):
@@ -74,9 +81,32 @@ class JsonScanner:
                             f"Invalid JSON: the document ends where {expected} should be", place)
         self.pos += 1
 
+    def _depth_checked(self, place: tuple[Any, ...]) -> None:
+        """Refuse the next value if it nests deeper than ``MAX_NESTING_DEPTH``; reads on until its end
+        is in the window (or ``MAX_VALUE_CHARS`` are), so that the decoder never meets the depth."""
+        if self.peek(place) not in ("[", "{"):
+            return
+        while True:
+            depth = 0
+            for token in _STRUCTURE.finditer(self.text, self.pos):
+                char = token.group()
+                if char in "[{":
+                    depth += 1
+                    if depth > MAX_NESTING_DEPTH:
+                        raise JsonError(f"Invalid JSON: nested deeper than {MAX_NESTING_DEPTH} levels "
+                                        "(rule nesting-depth)", place)
+                elif char in "]}":
+                    depth -= 1
+                    if depth == 0:
+                        return
+                elif char == '"':
+                    break  # a string cut by the window's end
+            if len(self.text) - self.pos >= MAX_VALUE_CHARS or not self._more(place):
+                return  # the decoder reports what is wrong with the rest
+
     def value(self, place: tuple[Any, ...]) -> tuple[Any, str]:
         """The next value, decoded, and its JSON text."""
-        self.peek(place)
+        self._depth_checked(place)
         while True:
             try:
                 obj, end = _DECODER.raw_decode(self.text, self.pos)

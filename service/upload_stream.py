@@ -33,7 +33,10 @@ from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
 from autotuner.records.exchange import ExchangeDocument, ImportSummary, MeasurementRecord, RunRecord, open_run
-from autotuner.records.plausibility import Tally, scope_problems, validate_rows as plausibility_of_rows, validate_run
+from autotuner.records.plausibility import (
+    LIMITS, RefusedUpload, Tally, count_problems, note_uses, scope_problems, validate_rows as plausibility_of_rows,
+    validate_run,
+)
 from db import bulk
 from service.json_scan import JsonError, JsonScanner
 
@@ -62,6 +65,7 @@ class _Run:
     rows: int = 0
     rows_checked: bool = True  # every row held to plausibility in pass 1 (its GPU and timing came first)
     record: RunRecord | None = None
+    uses: dict[tuple[int, str], int] = field(default_factory=dict)  # plausibility.note_uses
 
 
 def walk(handle: IO[bytes]) -> Iterator[tuple[str, int, Any]]:
@@ -130,6 +134,7 @@ class _Check:
         self._keys = (array("q"), array("q"))
         self._largest_candidate: tuple[int, int] = (-1, -1)  # (index, row)
         self._batch: list[str] = []
+        self._rows_read = 0
 
     def add_error(self, errors: list[dict[str, Any]]) -> None:
         self.errors.extend(errors[:MAX_ERRORS - len(self.errors)])
@@ -143,16 +148,24 @@ class _Check:
             elif kind == "run":
                 if self.runs:
                     self._finish(len(self.runs) - 1)
-
+                self._within("runs", index + 1, f"runs[{index}]")
                 self.runs.append(_Run())
             elif kind == "field":
                 self.runs[index].fields[value[0]] = value[1]
             elif kind == "measurements":
+                self._within("rows", self._rows_read + 1, f"runs[{index}].measurements")
+                self._rows_read += 1
                 self._batch.append(value)
                 if len(self._batch) >= BATCH_ROWS:
                     self._rows(index)
             else:
-                getattr(self.runs[index], kind).append(value)
+                listed = getattr(self.runs[index], kind)
+                if kind == "candidates":
+                    self._within("candidates", len(listed) + 1, f"runs[{index}].candidates")
+                else:
+                    self._within("rows", self._rows_read + 1, f"runs[{index}].copy_references")
+                    self._rows_read += 1
+                listed.append(value)
         if self.runs and len(self.errors) < MAX_ERRORS:
             self._finish(len(self.runs) - 1)
         try:  # the document's own fields; the runs were checked above
@@ -161,6 +174,12 @@ class _Check:
             self.add_error(_located(exc))
         if "runs" not in self.top and not self.runs and not any(e["loc"] == ("body", "runs") for e in self.errors):
             self.add_error([_error(("body", "runs"), "Field required", "missing")])
+
+    @staticmethod
+    def _within(what: str, count: int, where: str) -> None:
+        """Refuse the document as soon as it passes a count limit: its size costs no more than that."""
+        if count > LIMITS[what]:
+            raise RefusedUpload(count_problems(what, count, where))
 
     def _rows(self, run: int) -> None:
         """The batch of rows just read, validated (one at a time only where the batch fails)."""
@@ -178,6 +197,7 @@ class _Check:
                     self.add_error(_located(exc, "runs", run, "measurements", first + offset))
                     rows.append(None)
         self._plausibility(run, rows, first)
+        note_uses(rows, self.runs[run].uses, first)
         for offset, row in enumerate(rows):
             if row is None or row.candidate >= 2**40:  # a larger index is refused below, and would not pack
                 continue
@@ -230,7 +250,7 @@ class _Check:
         """The run's GPU against the token's scope and its model, and its copy references."""
         where = f"runs[{index}]"
         self.problems.add(scope_problems(record.gpu.key, self.allowed_gpus, where))
-        self.problems.add(validate_run(record, where))  # its measurements are not in the record
+        self.problems.add(validate_run(record, where, self.runs[index].uses))  # its rows are held apart
 
 
 def _first_duplicate(high: array, low: array) -> int | None:

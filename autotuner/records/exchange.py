@@ -45,6 +45,10 @@ FORMAT_VERSION = 1
 RUN_STATUSES = ("running", "finished", "interrupted", "failed")
 MEASUREMENT_STATUSES = ("ok", "wrong", "unsupported", "compile_error", "launch_error", "fault", "timeout")
 COPY_FIELDS = ("median_us", "p20_us", "p80_us", "repetitions", "gbps")
+# The deepest a value of the document may nest (the free-form ``grid`` is the only one that can nest at
+# all; what a sweep writes there is two levels deep). ``POST /runs`` refuses a deeper value before it is
+# decoded (``service/json_scan.py``): a decoder recurses once a level.
+MAX_NESTING_DEPTH = 32
 
 Dim = Annotated[int, Field(ge=0, le=MAX_DIM)]
 RowLength = Annotated[int, Field(ge=1, le=MAX_DIM)]
@@ -210,16 +214,19 @@ class ExchangeDocument(_Record):
     runs: list[RunRecord]
 
 
-def _require_finite(value: Any, where: str) -> None:
-    """Free-form JSON (``grid``) gets no per-field float check, so NaN/inf are looked for here."""
+def _require_finite(value: Any, where: str, depth: int = 1) -> None:
+    """Free-form JSON (``grid``) gets no per-field float check, so NaN/inf are looked for here, and its
+    depth is held to ``MAX_NESTING_DEPTH``."""
+    if isinstance(value, (dict, list)) and depth > MAX_NESTING_DEPTH:
+        raise ValueError(f"{where} is nested deeper than {MAX_NESTING_DEPTH} levels (rule nesting-depth)")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{where} holds {value}, which is not a JSON number")
     if isinstance(value, dict):
         for key, item in value.items():
-            _require_finite(item, f"{where}.{key}")
+            _require_finite(item, f"{where}.{key}", depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            _require_finite(item, f"{where}[{index}]")
+            _require_finite(item, f"{where}[{index}]", depth + 1)
 
 
 def parse_document(data: bytes | str | Mapping[str, Any]) -> ExchangeDocument:

@@ -27,11 +27,12 @@ def fill(session: Session, gpu_key: str = "h100", host: str = "gpu-host-7") -> i
                                                     torch="2.8.0+cu129", triton="3.4.0", cupy="13.5.1", python="3.12.3")
     run = queries.create_run(session, gpu, environment, "cold", status="running", started_at=STARTED, host=host,
                              command="autotuner sweep --gpu h100", grid={"m": [1, 4096], "n": [1000, 16000]})
-    online = queries.get_or_create_candidate(session, "cuda_block_online", "block=256,vec=4", {"block": 256, "vec": 4}, "aa11")
-    warp = queries.get_or_create_candidate(session, "cuda_warp_row", "rows=4", {"rows": 4}, "bb22")
+    online = queries.get_or_create_candidate(session, "cuda_block_online", "block=256,items=4", {"block": 256, "items": 4}, "aa11")
+    warp = queries.get_or_create_candidate(session, "cuda_warp_row", "block=128,lanes=4,elems=4",
+                                           {"block": 128, "lanes": 4, "elems": 4}, "bb22")
     queries.record_measurement(
         session, run.id, online.id, 4096, 16000, "bf16", status="ok", median_us=101.5, p20_us=100.25, p80_us=103.75,
-        repetitions=120, gbps=2583.1, registers=40, spill_bytes=0, static_smem=1024, dynamic_smem=2048,
+        repetitions=120, gbps=2583.1, registers=32, spill_bytes=0, static_smem=1024, dynamic_smem=2048,
         threads_per_block=256, blocks_per_sm=7, occupancy=0.875, max_rel_error=0.0039, compile_seconds=1.25,
     )
     queries.record_measurement(session, run.id, warp.id, 4096, 16000, "bf16", status="unsupported",
@@ -40,7 +41,7 @@ def fill(session: Session, gpu_key: str = "h100", host: str = "gpu-host-7") -> i
                                error="row sums off")
     queries.record_copy_reference(session, run.id, 4096, 16000, "bf16", median_us=88.5, p20_us=88.0, p80_us=89.0,
                                   repetitions=120, gbps=2962.0)
-    queries.record_copy_reference(session, run.id, 1, 1000, "fp16", median_us=2.5)
+    queries.record_copy_reference(session, run.id, 1, 1000, "fp16", median_us=3.5)
     queries.finish_run(session, run.id, "finished")
     return run.id
 
@@ -94,8 +95,8 @@ def test_export_carries_every_column_of_measurements_and_copy_references(source_
     assert {c.name for c in GpuModel.__table__.columns} - {"id"} <= set(run["gpu"])
     assert {c.name for c in Environment.__table__.columns} - {"id"} <= set(run["environment"])
     ok = next(row for row in run["measurements"] if row["status"] == "ok")
-    assert (ok["registers"], ok["occupancy"], ok["compile_seconds"], ok["dynamic_smem"]) == (40, 0.875, 1.25, 2048)
-    assert run["candidates"][ok["candidate"]]["config"] == {"block": 256, "vec": 4}
+    assert (ok["registers"], ok["occupancy"], ok["compile_seconds"], ok["dynamic_smem"]) == (32, 0.875, 1.25, 2048)
+    assert run["candidates"][ok["candidate"]]["config"] == {"block": 256, "items": 4}
     assert run["started_at"] == "2025-03-01T12:30:15.123456Z"
     assert run["status"] == "finished" and run["grid"] == {"m": [1, 4096], "n": [1000, 16000]}
     json.dumps(document, allow_nan=False)  # plain JSON, as written to a file

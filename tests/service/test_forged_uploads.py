@@ -1,6 +1,6 @@
-"""Forged uploads: every implausible run of issue 31 (and more) is refused with a 4xx naming the rule and
-the rows, nothing of the document is stored, and ``/dispatch`` answers exactly as before; a genuine
-recorded run is still accepted."""
+"""Forged uploads: every implausible run of issues 31 and 45 (and more) is refused with a 4xx naming the
+rule and the rows, nothing of the document is stored, and ``/dispatch`` answers exactly as before; genuine
+recorded runs are still accepted."""
 from __future__ import annotations
 
 import copy
@@ -18,7 +18,8 @@ from db.models import CandidateRow, CopyReference, GpuModel, Measurement, SweepR
 from service.app import create_app
 from service.config import Settings
 
-RECORDED = Path(__file__).resolve().parents[1] / "data" / "h100_heldout.json.gz"
+DATA = Path(__file__).resolve().parents[1] / "data"
+RECORDED = DATA / "h100_heldout.json.gz"
 ANY_GPU_TOKEN = "any-gpu-token-0123456789"
 H100_TOKEN = "h100-only-token-0123456789"
 SHAPES = [(1, 1048576), (4096, 32000), (3, 2500), (64, 4096), (32768, 128)]
@@ -111,10 +112,55 @@ def wrong_sm_count(run: dict) -> None:
     run["gpu"]["sm_count"] = 200
 
 
+def at_fraction_of_peak(fraction: float, timing: str = "cold"):
+    """Every ok row claimed at ``fraction`` of the H100's datasheet DRAM peak."""
+    def forge(run: dict) -> None:
+        run["timing_method"] = timing
+        for row in ok_rows(run):
+            moved = 2 * row["m"] * row["n"] * {"fp32": 4, "fp16": 2, "bf16": 2}[row["dtype"]]
+            us = moved / (fraction * 3350.0) / 1e3
+            row.update(median_us=us, p20_us=us, p80_us=us, gbps=None)
+    forge.__name__ = f"at_{fraction}_of_peak_{timing}"
+    return forge
+
+
+def spoofs_h200_without_properties(run: dict) -> None:  # the issue's spoof: properties left out
+    run["gpu"].update(key="h200", name="NVIDIA H200", sm_count=None, memory_bytes=None, compute_capability=None)
+
+
+def spoofs_h100_nvl(run: dict) -> None:
+    run["gpu"].update(key="h100-nvl", name="NVIDIA H100 NVL")
+
+
+def a_row_of_no_rows(run: dict) -> None:
+    ok_rows(run)[0]["m"] = 0
+
+
+def undeclared_config(run: dict) -> None:  # the issue's cuda_block_online {"block": 3, "items": 999}
+    run["candidates"][0].update(variant="cuda_block_online", config_key="block=3,items=999",
+                                config={"block": 3, "items": 999})
+
+
+def a_16_bit_kernel_at_fp32(run: dict) -> None:
+    index = next(i for i, c in enumerate(run["candidates"]) if c["variant"] == "cuda_packed16")
+    next(row for row in ok_rows(run) if row["candidate"] == index)["dtype"] = "fp32"
+
+
+def unknown_variant(run: dict) -> None:
+    run["candidates"][1]["variant"] = "cuda_fastest_ever"
+
+
+def first_row_resources(**values):
+    def forge(run: dict) -> None:
+        ok_rows(run)[0].update(values)
+    forge.__name__ = "resources_" + "_".join(values)
+    return forge
+
+
 FORGERIES = [
-    (every_ok_row(median_us=1e-300, p20_us=1e-300, p80_us=1e-300, gbps=None), "time-floor"),
+    (every_ok_row(median_us=1e-300, p20_us=1e-300, p80_us=1e-300, gbps=None), "copy-floor"),
     (every_ok_row(median_us=1e308, p20_us=1e308, p80_us=1e308, gbps=None), "time-ceiling"),
-    (every_ok_row(median_us=0.01, p20_us=0.01, p80_us=0.01, gbps=None), "time-floor"),  # the issue's 0.01 us
+    (every_ok_row(median_us=0.01, p20_us=0.01, p80_us=0.01, gbps=None), "launch-floor"),  # the issue's 0.01 us
     (every_ok_row(gbps=1e12), "gbps"),
     (quantiles_reversed, "quantile-order"),
     (every_ok_row(max_rel_error=1e9), "status-error"),
@@ -123,8 +169,27 @@ FORGERIES = [
     (new_gpu, "unknown-gpu"),
     (new_gpu_under_a_real_name, "unknown-gpu"),
     (failed_row_with_a_time, "status-error"),
-    (copy_reference_at_light_speed, "time-floor"),
+    (copy_reference_at_light_speed, "launch-floor"),
     (wrong_sm_count, "gpu-properties"),
+    # issue 45's loose bounds, and more of their class
+    (at_fraction_of_peak(0.99), "copy-floor"),
+    (at_fraction_of_peak(1.0), "copy-floor"),
+    (at_fraction_of_peak(0.96), "copy-floor"),
+    (at_fraction_of_peak(4.0, "warm"), "copy-floor"),
+    (at_fraction_of_peak(3.0, "graph"), "copy-floor"),
+    (every_ok_row(median_us=0.55, p20_us=0.5, p80_us=0.6, gbps=None), "launch-floor"),
+    (every_ok_row(median_us=2.0, p20_us=2.0, p80_us=2.0, gbps=None), "launch-floor"),
+    (first_row_resources(registers=2**62), "resources"),
+    (first_row_resources(threads_per_block=2**62), "resources"),
+    (first_row_resources(dynamic_smem=2**62), "resources"),
+    (first_row_resources(occupancy=0.0), "resources"),
+    (first_row_resources(spill_bytes=2**40), "resources"),
+    (a_row_of_no_rows, "shape"),
+    (spoofs_h200_without_properties, "gpu-properties"),
+    (spoofs_h100_nvl, "gpu-properties"),
+    (undeclared_config, "unknown-config"),
+    (a_16_bit_kernel_at_fp32, "unsupported-dtype"),
+    (unknown_variant, "unknown-variant"),
 ]
 
 
@@ -175,3 +240,43 @@ def test_a_genuine_recorded_run_is_accepted(fresh_server, recorded_run, token):
     run = recorded_run["runs"][0]
     assert response.json()["measurements"] == len(run["measurements"])
     assert stored(url)[3:] == (len(run["measurements"]), len(run["copy_references"]))
+
+
+@pytest.mark.parametrize("recording", ["h200_heldout.json.gz", "h100_new_configs.json.gz"])
+def test_genuine_recordings_of_other_runs_are_accepted(fresh_server, recording):
+    """Whole recordings: the H200's (26 candidates of configs since retired) and the H100's new configs."""
+    client, url = fresh_server
+    with gzip.open(DATA / recording, "rt") as handle:
+        document = json.load(handle)
+    response = client.post("/runs", json=document, headers={"Authorization": f"Bearer {ANY_GPU_TOKEN}"})
+    assert response.status_code == 201, response.text[:2000]
+    assert stored(url)[3] == sum(len(run["measurements"]) for run in document["runs"])
+
+
+def test_a_document_nested_thousands_deep_is_a_422_and_the_upload_process_lives(tmp_path, recorded_run):
+    """JSON nested 5,000 deep had crashed the upload process twice per request (503): now 422 naming the
+    rule, before anything is decoded; the same process serves the next upload."""
+    url = f"sqlite:///{tmp_path / 'deep.sqlite'}"
+    settings = Settings(database_url=url, upload_token=ANY_GPU_TOKEN, reload_interval_s=0, shipped_tables=False)
+    auth = {"Authorization": f"Bearer {ANY_GPU_TOKEN}", "Content-Type": "application/json"}
+    with TestClient(create_app(settings)) as client:
+        genuine = json.dumps(recorded_run)
+        for depth in (33, 5000, 200_000):
+            deep = genuine.replace('"grid": {', '"grid": {"deep": ' + "[" * depth + "]" * depth + ", ", 1)
+            response = client.post("/runs", content=deep, headers=auth)
+            assert response.status_code == 422, response.text[:500]
+            assert "nesting-depth" in response.text and "32 levels" in response.text
+        assert stored(url) == (0, 0, 0, 0, 0)
+        assert client.post("/runs", content=genuine, headers=auth).status_code == 201
+        health = client.get("/healthz").json()["upload_process"]
+        assert health["restarts"] == 0 and health["last_exit"] is None
+
+
+def test_a_run_listing_more_candidates_than_any_sweep_is_refused_early(fresh_server, recorded_run):
+    client, url = fresh_server
+    forged = copy.deepcopy(recorded_run)
+    first = forged["runs"][0]["candidates"][0]
+    forged["runs"][0]["candidates"] += [{**first, "source_hash": f"h{i}"} for i in range(2000)]
+    response = client.post("/runs", json=forged, headers={"Authorization": f"Bearer {ANY_GPU_TOKEN}"})
+    assert response.status_code == 422 and "rule too-many-candidates" in response.json()["message"]
+    assert stored(url) == (0, 0, 0, 0, 0)

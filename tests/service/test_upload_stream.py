@@ -115,7 +115,7 @@ def test_implausible_rows_are_refused_as_import_runs_refuses_them(document, monk
         check_document(parse_document(json.dumps(document)))
     with pytest.raises(RefusedUpload) as streamed:
         check_file(io.BytesIO(json.dumps(document).encode()))
-    assert per_rule(streamed.value) == per_rule(whole.value) == {"gbps": "23", "time-floor": "2", "gpu-properties": "1"}
+    assert per_rule(streamed.value) == per_rule(whole.value) == {"gbps": "23", "launch-floor": "2", "copy-floor": "2", "gpu-properties": "1"}
     assert {p.where for p in streamed.value.problems} <= {p.where for p in whole.value.problems}
     assert "rule gbps" in str(streamed.value) and "runs[1].measurements[50]" in str(streamed.value)
 
