@@ -14,9 +14,16 @@ Supervision (:class:`UploadWorker`, in the server):
   server), and a watcher thread also exits it once ``getppid()`` changes (other systems). Killed
   mid-upload, its transaction is never committed; and it re-checks that the server is alive just
   before committing;
+- just before committing, the child asks the server whether the upload is still wanted (``("confirm",
+  None)`` out, a bool back): a client that has gone (its connection closed) gets nothing committed;
 - a cancelled upload (the server shutting down) kills the child, which never commits it;
-- a child that dies is replaced at once (the event loop watches its sentinel), or when an upload
-  finds it dead; an upload it was writing (its pipe closed) is sent once more to the new child; a second death answers 503 with ``Retry-After``.
+- the child never dies of a document or of its database: any error of an upload is answered (and
+  logged there), and a database it cannot open is reported upload by upload;
+- a child that dies is replaced (the event loop watches each child's own sentinel, so a replacement
+  is watched as the first one was), at once, or after ``RESTART_BACKOFF_S`` (doubling to
+  ``MAX_BACKOFF_S``) when it had lived less than that: a child that cannot start is not restarted in a
+  tight loop; an upload also starts one when it finds none. An upload it was writing (its pipe
+  closed) is sent once more to the new child; a second death answers 503 with ``Retry-After``.
   ``/healthz`` reports the state, the restarts and how the last child ended;
 - a commit whose answer was lost (the server killed between the child's commit and the 201) is safe
   to retry: the same document reuses the same runs and rewrites their rows in place (same run ids,
@@ -25,8 +32,9 @@ Supervision (:class:`UploadWorker`, in the server):
 Across the pipe go plain values: a spool file's path and the GPU models its uploader may send in, and
 ``("ok", summary)``, ``("invalid", errors)``, ``("refused", (status, message, problems))`` (implausible
 rows or a GPU outside the token's scope: ``autotuner/records/plausibility.py``; nothing written),
-``("storage", (kind, reason))`` (damaged, read-only or full database) or ``("error", type name)`` out
-(the child logs the traceback itself).
+``("storage", (kind, reason))`` (damaged, read-only or full database), ``("abandoned", None)`` (the
+client went before the commit; nothing written) or ``("error", type name)`` out (the child logs the
+traceback itself).
 """
 from __future__ import annotations
 
@@ -39,7 +47,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import anyio
 import anyio.to_thread
@@ -49,10 +57,17 @@ log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
 BACKGROUND_NICENESS = 10
 PARENT_POLL_S = 0.25
+RESTART_BACKOFF_S = 1.0
+REAP_S = 2.0
+MAX_BACKOFF_S = 30.0
 
 
 class ServerGone(RuntimeError):
     """The server died during the upload: its answer can never be sent, so nothing is committed."""
+
+
+class ClientGone(RuntimeError):
+    """The client closed its connection before the commit: nobody waits for the answer, nothing is committed."""
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -74,9 +89,10 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def import_file(engine: Any, path: str, allowed_gpus: frozenset[str] | None = None,
-                parent_pid: int | None = None) -> tuple[str, Any]:
+                parent_pid: int | None = None, still_wanted: Callable[[], bool] | None = None) -> tuple[str, Any]:
     """Check and write the document at ``path`` (see the module docstring for the outcomes);
-    ``allowed_gpus`` (None: any known model) are the GPU models its uploader may send."""
+    ``allowed_gpus`` (None: any known model) are the GPU models its uploader may send;
+    ``still_wanted()``, asked just before the commit, False where the client has gone."""
     from autotuner.records.exchange import ImportSummary
     from autotuner.records.plausibility import RefusedUpload
     from db.integrity import check_integrity, storage_problem
@@ -101,6 +117,8 @@ def import_file(engine: Any, path: str, allowed_gpus: frozenset[str] | None = No
             summary = write_file(session, handle, runs)
         if parent_pid is not None and os.getppid() != parent_pid:
             raise ServerGone("the server died before the upload was acknowledged")
+        if still_wanted is not None and not still_wanted():
+            raise ClientGone("the client closed its connection before the upload was committed")
         return summary
 
     # One transaction for the whole document, retried as a whole on a lock or serialization conflict;
@@ -108,6 +126,9 @@ def import_file(engine: Any, path: str, allowed_gpus: frozenset[str] | None = No
     writer = engine.execution_options(sqlite_begin="IMMEDIATE")
     try:
         summary = in_transaction(writer, write, what="upload of runs")
+    except ClientGone as gone:
+        log.warning("upload not stored: %s", gone)
+        return "abandoned", None
     except Exception as exc:
         problem = storage_problem(exc)
         if problem is not None:
@@ -119,19 +140,55 @@ def import_file(engine: Any, path: str, allowed_gpus: frozenset[str] | None = No
 
 
 def serve_uploads(database_url: str, connection: Any, parent_pid: int) -> None:
-    """The child's main loop: one spool path in, one outcome out, until the server closes the pipe."""
+    """The child's main loop: one spool path in, one outcome out, until the server closes the pipe.
+    Nothing an upload or the database does ends it (see the module docstring)."""
     die_with_parent(parent_pid)
     os.nice(BACKGROUND_NICENESS)  # the serving process first (see service.reads)
     import service.upload_stream  # noqa: F401 - imported before the first upload, not during it
-    from db.engine import make_engine
+    from kernels import all_variants
 
-    engine = make_engine(database_url, create=False)
+    all_variants()  # the registry the rules read (plausibility.candidate_problems), imported now too
+
+    def still_wanted() -> bool:
+        connection.send(("confirm", None))
+        return bool(connection.recv())
+
+    engine = None
     while True:
         try:
             path, allowed_gpus = connection.recv()
         except (EOFError, OSError):
             return
-        connection.send(import_file(engine, path, allowed_gpus, parent_pid))
+        try:
+            engine = engine or _open_engine(database_url)
+            outcome = import_file(engine, path, allowed_gpus, parent_pid, still_wanted)
+        except (EOFError, BrokenPipeError, ConnectionError):
+            return  # the server closed the pipe mid-upload (as it asked for the commit): nobody to answer
+        except Exception as exc:
+            outcome = _failed(exc)
+        try:
+            connection.send(outcome)
+        except OSError:
+            return
+
+
+def _open_engine(database_url: str) -> Any:
+    from db.engine import make_engine
+
+    return make_engine(database_url, create=False)
+
+
+def _failed(exc: Exception) -> tuple[str, Any]:
+    """The outcome of an upload that failed outside ``import_file``'s own handling: the storage
+    problem it names, else an error (logged with its traceback)."""
+    from db.integrity import storage_problem
+
+    problem = storage_problem(exc)
+    if problem is not None:
+        log.error("upload not stored: %s", problem.reason)
+        return "storage", (problem.kind, problem.reason)
+    log.exception("upload failed")
+    return "error", type(exc).__name__
 
 
 def describe_exit(code: int | None) -> str:
@@ -151,8 +208,11 @@ class UploadWorker:
         self.busy = False
         self._process: Any = None
         self._connection: Any = None
+        self._started_at = 0.0
+        self._backoff = RESTART_BACKOFF_S
         self._lock: anyio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._restart: asyncio.TimerHandle | None = None
         self._closing = False
 
     @property
@@ -169,43 +229,68 @@ class UploadWorker:
 
     def _ensure_running(self) -> None:
         """Start the child, or replace a dead one. Called on the event loop's thread (see above)."""
+        if self._restart is not None:
+            self._restart.cancel()
+            self._restart = None
         if self._process is not None and self._process.is_alive():
             return
         if self._process is not None:
-            self._unwatch()
+            self._unwatch(self._process)
             self._reap()
             self.restarts += 1
             log.warning("upload process replaced (the last one %s)", self.last_exit)
         context = multiprocessing.get_context("spawn")
         ours, theirs = context.Pipe()
-        self._process = context.Process(target=serve_uploads, args=(self.database_url, theirs, os.getpid()),
-                                        name="autotuner-upload", daemon=True)
-        self._process.start()
+        process = context.Process(target=serve_uploads, args=(self.database_url, theirs, os.getpid()),
+                                  name="autotuner-upload", daemon=True)
+        process.start()
         theirs.close()
-        self._connection = ours
+        self._process, self._connection, self._started_at = process, ours, time.monotonic()
         self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(self._process.sentinel, self._exited)
+        self._loop.add_reader(process.sentinel, self._exited, process)
 
-    def _unwatch(self) -> None:
+    def _unwatch(self, process: Any) -> None:
         if self._loop is not None and not self._loop.is_closed():
-            self._loop.remove_reader(self._process.sentinel)
+            self._loop.remove_reader(process.sentinel)
 
-    def _exited(self) -> None:
-        """The child ended: replace it now, unless an upload is on it (``run`` replaces it then)."""
-        self._unwatch()
-        if not self._closing and not self.busy:
+    def _exited(self, process: Any) -> None:
+        """A child ended. The current one is replaced now (after a backoff if it died young), unless an
+        upload is on it (``run`` replaces it then). A callback of an earlier child changes nothing: its
+        watch was removed when it was replaced, and its sentinel's descriptor may now be the current
+        child's. The sentinel reads as closed a moment before the child can be reaped (Linux closes a
+        dying process's files before it becomes a zombie), so the child is joined first: asked at
+        once, ``is_alive`` could still say yes, and the replacement was skipped and the watch lost."""
+        if process is not self._process:
+            return
+        self._unwatch(process)
+        process.join(timeout=REAP_S)
+        if process.is_alive():  # not ending after all (not seen): watch it again
+            self._loop.add_reader(process.sentinel, self._exited, process)
+            return
+        if self._closing or self.busy:
+            return
+        lived = time.monotonic() - self._started_at
+        if lived >= self._backoff:
+            self._backoff = RESTART_BACKOFF_S
             self._ensure_running()
+            return
+        delay, self._backoff = self._backoff, min(2 * self._backoff, MAX_BACKOFF_S)
+        log.warning("upload process %s after %.1f s; replacing it in %.0f s",
+                    describe_exit(process.exitcode), lived, delay)
+        self._restart = self._loop.call_later(delay, self._ensure_running)
 
     def _reap(self) -> None:
         self._process.join(timeout=5)
         self.last_exit = describe_exit(self._process.exitcode)
         self._connection.close()
 
-    async def run(self, path: str, allowed_gpus: frozenset[str] | None = None) -> tuple[str, Any]:
+    async def run(self, path: str, allowed_gpus: frozenset[str] | None = None,
+                  still_wanted: Callable[[], Awaitable[bool]] | None = None) -> tuple[str, Any]:
         """The outcome of importing the spooled document at ``path`` for an uploader who may send
-        ``allowed_gpus`` (see ``import_file``); ``("died", how)`` when the
-        upload process died on it twice. Cancelled halfway (the server shutting down), it kills the
-        upload process, whose transaction then never commits, and a new one serves the next upload."""
+        ``allowed_gpus`` (see ``import_file``); ``still_wanted()`` is awaited when the child asks before
+        its commit (None: always wanted); ``("died", how)`` when the upload process died on it twice.
+        Cancelled halfway (the server shutting down), it kills the upload process, whose transaction
+        then never commits, and a new one serves the next upload."""
         if self._lock is None:
             self._lock = anyio.Lock()
         async with self._lock:
@@ -216,7 +301,11 @@ class UploadWorker:
                 self.busy = True
                 try:
                     self._connection.send((path, allowed_gpus))
-                    return await anyio.to_thread.run_sync(self._connection.recv, abandon_on_cancel=True)
+                    while True:
+                        message = await anyio.to_thread.run_sync(self._connection.recv, abandon_on_cancel=True)
+                        if message[0] != "confirm":
+                            return message
+                        self._connection.send(True if still_wanted is None else await still_wanted())
                 except (EOFError, OSError):  # the child died: the pipe closed under us
                     self._process.join(timeout=5)
                     log.error("upload process %s during an upload", describe_exit(self._process.exitcode))
@@ -225,6 +314,8 @@ class UploadWorker:
                     raise
                 finally:
                     self.busy = False
+                    if not self._closing and not self._process.is_alive():  # died as it answered: its
+                        self._exited(self._process)  # sentinel's callback found it busy and left it
             how = describe_exit(self._process.exitcode if self._process is not None else None)
             if not self._closing:
                 self._ensure_running()  # a fresh one for the next upload
@@ -232,9 +323,11 @@ class UploadWorker:
 
     def close(self) -> None:
         self._closing = True
+        if self._restart is not None:
+            self._restart.cancel()
         if self._process is None:
             return
-        self._unwatch()
+        self._unwatch(self._process)
         self._connection.close()  # the child's recv sees EOF and returns
         self._process.join(timeout=10)
         if self._process.is_alive():

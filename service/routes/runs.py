@@ -4,7 +4,9 @@ Order of checks, each before any work of the next: the bearer token (401), known
 database (503), room for another upload (503 with ``Retry-After``), the body size (413, counted while
 the body streams in, chunked bodies too), the JSON and its schema (422), the runs' GPU models against
 the token's (403) and their plausibility (422, ``autotuner/records/plausibility.py``: the message names
-the rule and the first rows), then one transaction for the whole document, so nothing is half written. The body streams to a spool file (the server holds at
+the rule and the first rows), then one transaction for the whole document, so nothing is half written,
+committed only while the client still waits for the answer (a client that closed its connection gets
+nothing stored). The body streams to a spool file (the server holds at
 most ``SPOOL_BUFFER`` bytes of it at a time, and admits at most ``MAX_PENDING`` uploads at once: a
 global memory bound), and the app's supervised upload process (``service/upload_worker.py``) checks
 and writes it from there, off the serving process's GIL. A damaged or read-only database answers
@@ -19,6 +21,7 @@ import os
 import tempfile
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
@@ -72,12 +75,18 @@ async def upload_runs(request: Request, uploader: UploadAuthDep, settings: Setti
         with tempfile.TemporaryDirectory(prefix="autotuner-upload-") as folder:
             path = os.path.join(folder, "body.json")
             await _spool_body(request, settings.max_upload_bytes, path)
+            await request.is_disconnected()  # reading resumes, so that a client that goes is seen going
+
+            async def still_wanted() -> bool:
+                return not await request.is_disconnected()
+
             engine = state.engine
             if engine.url.get_backend_name() == "sqlite" and engine.url.database in (None, "", ":memory:"):
                 # this process's own database, which the upload process cannot see
-                outcome, value = await anyio.to_thread.run_sync(import_file, engine, path, uploader.gpus)
+                outcome, value = await anyio.to_thread.run_sync(
+                    import_file, engine, path, uploader.gpus, None, lambda: anyio.from_thread.run(still_wanted))
             else:
-                outcome, value = await worker.run(path, uploader.gpus)
+                outcome, value = await worker.run(path, uploader.gpus, still_wanted)
     finally:
         worker.pending -= 1
     if outcome == "ok":
@@ -92,6 +101,9 @@ async def upload_runs(request: Request, uploader: UploadAuthDep, settings: Setti
         problem = StorageProblem(*value)
         state.condition.note_problem(problem)
         raise ApiError(problem.status, f"upload not stored: {problem.reason}")
+    if outcome == "abandoned":
+        log.warning("upload by %r not stored: the client closed its connection before the commit", uploader.name)
+        raise ApiError(499, "the client closed its connection before the upload was committed; nothing was stored")
     if outcome == "died":
         raise ApiError(503, f"the upload process died while importing this document ({value}); nothing of it was "
                        "stored; a new upload process is starting: retry", headers={"Retry-After": str(RETRY_AFTER_S)})

@@ -1,5 +1,6 @@
 """The supervised upload process (service/upload_worker.py) of a real server process: replaced when
-killed, gone when the server is killed, and a retried upload stores nothing twice."""
+killed, each replacement watched as the first was, gone when the server is killed, a retried upload
+stores nothing twice, and an upload whose client has gone stores nothing."""
 from __future__ import annotations
 
 import http.client
@@ -114,6 +115,53 @@ def test_an_upload_whose_process_is_killed_is_retried_by_a_new_one(database, mon
         assert status == 201 and summary["measurements"] == 30_000
         assert stored_rows(database) == 30_010  # acknowledged = stored, nothing twice
         assert server.upload_process()["restarts"] == 1
+    finally:
+        server.stop()
+
+
+def test_every_replacement_is_watched_and_replaced_when_it_dies_idle(database, monkeypatch):
+    """After a mid-upload kill the replacement used to go unwatched (4 of 5 tries): killed while idle, it
+    stayed dead until an upload found it. Each replacement, killed idle, is replaced by itself now."""
+    server = Server(database, monkeypatch)
+    try:
+        assert server.request("POST", "/runs", upload_document(1, 10))[0] == 201
+        answers: list = []
+        uploading = threading.Thread(target=lambda: answers.append(server.request("POST", "/runs", upload_document(2, 20_000))))
+        uploading.start()
+        os.kill(server.wait_for_state("busy")["pid"], signal.SIGKILL)
+        uploading.join(timeout=120)
+        assert answers[0][0] == 201
+        for round_ in range(4):
+            idle = server.wait_for_state("idle")
+            time.sleep(1.2)  # lived past the restart backoff: replaced at once
+            os.kill(idle["pid"], signal.SIGKILL)
+            deadline = time.monotonic() + 20
+            while (now := server.upload_process())["pid"] in (idle["pid"], None) or now["state"] != "idle":
+                assert time.monotonic() < deadline, f"round {round_}: not replaced: {now}"
+                time.sleep(0.05)
+            assert now["restarts"] == 2 + round_ and now["last_exit"] == "killed by signal 9"
+        assert server.request("POST", "/runs", upload_document(3, 10))[0] == 201
+    finally:
+        server.stop()
+
+
+def test_an_upload_whose_client_has_gone_before_the_commit_stores_nothing(database, monkeypatch):
+    server = Server(database, monkeypatch)
+    try:
+        assert server.request("POST", "/runs", upload_document(1, 10))[0] == 201
+        body = upload_document(4, 60_000)
+        head = (f"POST /runs HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nAuthorization: Bearer "
+                f"{UPLOAD_TOKEN}\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=60) as connection:
+            connection.sendall(head + body)
+            server.wait_for_state("busy")
+        deadline = time.monotonic() + 120  # the client has gone: the upload is checked and written, never committed
+        while (state := server.upload_process())["pending"] or state["state"] == "busy":
+            assert time.monotonic() < deadline, state
+            time.sleep(0.1)
+        assert stored_rows(database) == 10
+        assert server.request("POST", "/runs", upload_document(5, 10))[0] == 201
+        assert stored_rows(database) == 20 and server.upload_process()["restarts"] == 0
     finally:
         server.stop()
 
