@@ -9,9 +9,14 @@ may answer from its page cache and miss pages damaged on disk since), then
 - PostgreSQL (any other backend): the same update in a transaction that is rolled back.
 
 It returns None when all is well, else a :class:`StorageProblem` whose reason a person can act on.
+
+``header_problem`` is the cheap look plain ``/healthz`` takes every time (an SQLite file's first 100
+bytes and its size, no query): a header that is not SQLite's, or a file shorter than the pages its
+header counts (truncated). What it finds is confirmed by ``check_integrity`` before it is reported.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -22,7 +27,8 @@ WRITE_PROBE = "UPDATE schema_info SET value = value WHERE key = 'application'"
 QUICK_CHECK_ERRORS = 5  # quick_check(N) stops after N problems: enough to name the damage
 
 # SQLite's and PostgreSQL's wording of each condition (error codes do not survive every wrapper).
-_DAMAGED = re.compile(r"malformed|not a database|corrupt|disk I/O error|integrity check", re.I)
+_DAMAGED = re.compile(r"malformed|not a database|not an SQLite database|corrupt|disk I/O error|integrity check", re.I)
+SQLITE_MAGIC = b"SQLite format 3\x00"
 _READ_ONLY = re.compile(r"read-?only|readonly", re.I)
 _FULL = re.compile(r"disk is full|database or disk is full|no space left|disk full|quota", re.I)
 
@@ -76,6 +82,39 @@ def check_integrity(engine: Engine, *, write_probe: bool = True) -> StorageProbl
         return storage_problem(exc) or StorageProblem("unusable", f"the database check failed ({type(exc).__name__}: {exc})".splitlines()[0])
     finally:
         connection.close()
+
+
+def sqlite_file(engine: Engine) -> str | None:
+    """The path of an SQLite engine's database file (None: another backend, or in memory)."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    uri = url.query.get("uri") == "true" and url.database.startswith("file:")
+    return url.database.removeprefix("file:").split("?", 1)[0] if uri else url.database
+
+
+def header_problem(engine: Engine) -> StorageProblem | None:
+    """What an SQLite file's header and size say is wrong, without a query (see the module docstring);
+    None for another backend, a file that looks whole, or one that cannot be read (the queries say why)."""
+    path = sqlite_file(engine)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(100)
+            size = os.fstat(handle.fileno()).st_size
+    except OSError:
+        return None
+    if len(header) < 100 or header[:16] != SQLITE_MAGIC:
+        return StorageProblem("damaged", f"the database file is damaged (its header is not SQLite's: {size} bytes, "
+                              f"starting {header[:16]!r}); restore it from a backup")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages, valid = int.from_bytes(header[28:32], "big"), header[24:28] == header[92:96]
+    if valid and page_size and size < pages * page_size:
+        return StorageProblem("damaged", f"the database file is damaged (truncated: {size} bytes, its header counts "
+                              f"{pages} pages of {page_size}); restore it from a backup")
+    return None
 
 
 def _check_sqlite(connection, write_probe: bool) -> StorageProblem | None:  # noqa: ANN001 - sqlite3.Connection

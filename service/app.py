@@ -54,10 +54,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     engine = make_engine(settings.database_url, create=True)
     condition = DatabaseCondition()
-    refuse_damaged_database(engine, condition, uploads=settings.upload_token is not None)
+    refuse_damaged_database(engine, condition, uploads=bool(settings.upload_grants))
     in_memory = engine.url.get_backend_name() == "sqlite" and engine.url.database in (None, "", ":memory:")
-    reads = BoundedReads(condition, None if in_memory else settings.database_url)
-    live = LiveTables(engine, settings.reload_interval_s, settings.shipped_tables)
+    reads = BoundedReads(condition, None if in_memory else settings.database_url, engine=engine)
+    live = LiveTables(engine, settings.reload_interval_s, settings.shipped_tables, on_failure=condition.note_failure)
     if settings.default_gpu is not None:
         refuse_unanswered_default_gpu(settings.default_gpu, live.gpus_with_tables(), engine)
     upload_worker = UploadWorker(settings.database_url)
@@ -102,7 +102,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def refuse_damaged_database(engine: Engine, condition: DatabaseCondition, *, uploads: bool) -> None:
     """Start-up check: a damaged database is refused, and so is a read-only one where uploads are
-    enabled (a server without an upload token may serve from a read-only copy)."""
+    enabled by any token setting (``AUTOTUNER_UPLOAD_TOKEN`` or ``_TOKENS``; a server without an upload
+    token may serve from a read-only copy)."""
     problem = check_integrity(engine, write_probe=uploads)
     condition.record_check(problem)
     if problem is not None:

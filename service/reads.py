@@ -16,11 +16,17 @@ use from the event loop's thread, dies with the server (as the upload process do
 ``upload_worker.die_with_parent``) and is replaced if it dies.
 
 A failure that says the database is damaged, read-only or full is reported to the app's
-:class:`~service.integrity.DatabaseCondition` on its way out, so ``/healthz`` and uploads know.
+:class:`~service.integrity.DatabaseCondition` on its way out, so ``/healthz`` and uploads know, and is
+answered 503 naming it (never a 500); once damage is known, a read through here is answered so without
+touching the file. Before each read in the read process (and on plain ``/healthz``), :meth:`look` takes
+the cheap look at the file (``db.integrity.header_problem``: a connection opened before the damage may
+go on answering from its cache, and a new one would fail) and has a quick check confirm what it sees. The read process opens its database on first use, not at start: a file that cannot
+be opened fails that read (503), never the process (a pool whose start fails breaks on every request).
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -30,12 +36,15 @@ from typing import Any, Callable, TypeVar
 import anyio
 import anyio.to_thread
 
+from db.integrity import check_integrity, header_problem
+from service.errors import ApiError
 from service.integrity import DatabaseCondition
 
 T = TypeVar("T")
 
 READ_THREADS = 2
 READ_PROCESSES = 1
+RETRY_AFTER_S = 5
 # The read and upload processes yield the CPU to the serving process: on a small machine the scheduler
 # otherwise shares the cores evenly, and a reader's pages cost /dispatch its latency.
 BACKGROUND_NICENESS = 10
@@ -46,21 +55,26 @@ class ReadFailed(RuntimeError):
     exceptions do not all survive pickling)."""
 
 
-_sessions: Any = None  # in the read process: the session factory of its engine
+_sessions: Any = None  # in the read process: the session factory of its engine, once opened
+_database_url = ""
 
 
 def _start_reader(parent_pid: int, database_url: str) -> None:
-    from db.engine import make_engine, session_factory
     from service.upload_worker import die_with_parent
 
-    global _sessions
+    global _database_url
     die_with_parent(parent_pid)
     os.nice(BACKGROUND_NICENESS)
-    _sessions = session_factory(make_engine(database_url, create=False))
+    _database_url = database_url
 
 
 def _in_reader(function: Callable[..., T], *args: Any) -> T:
+    global _sessions
     try:
+        if _sessions is None:
+            from db.engine import make_engine, session_factory
+
+            _sessions = session_factory(make_engine(_database_url, create=False))
         return function(_sessions, *args)
     except Exception as exc:
         raise ReadFailed(f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
@@ -68,8 +82,9 @@ def _in_reader(function: Callable[..., T], *args: Any) -> T:
 
 class BoundedReads:
     def __init__(self, condition: DatabaseCondition, database_url: str | None = None,
-                 threads: int = READ_THREADS, processes: int = READ_PROCESSES):
+                 threads: int = READ_THREADS, processes: int = READ_PROCESSES, engine: Any = None):
         self.condition = condition
+        self.engine = engine  # the app's engine, for look()
         self.database_url = database_url  # None: no read process (a private in-memory database)
         self.threads = threads
         self.processes = processes
@@ -81,18 +96,21 @@ class BoundedReads:
         self._limiters = (anyio.CapacityLimiter(self.threads), anyio.CapacityLimiter(self.processes))
 
     async def run(self, function: Callable[..., T], *args: Any) -> T:
-        """``function(*args)`` in a worker thread."""
+        """``function(*args)`` in a worker thread (a failure naming the database's condition: 503)."""
         if self._limiters is None:
             self.start()
         try:
             return await anyio.to_thread.run_sync(function, *args, limiter=self._limiters[0])
         except Exception as exc:
-            self.condition.note_failure(exc)
-            raise
+            raise self._unavailable(exc) from None
 
     async def run_in_process(self, sessions: Any, function: Callable[..., T], *args: Any) -> T:
         """``function(sessions, *args)`` in the read process, with that process's own session factory
-        (``sessions``, this process's, serves where there is no read process)."""
+        (``sessions``, this process's, serves where there is no read process). A database known to be
+        damaged is not read: 503 naming the damage."""
+        await self.look()
+        if self.condition.damage is not None:
+            raise ApiError(503, f"the database cannot be read: {self.condition.damage.reason}")
         if self.database_url is None:
             return await self.run(function, sessions, *args)
         if self._limiters is None:
@@ -104,11 +122,25 @@ class BoundedReads:
                 except BrokenProcessPool:  # the read process died: a new one, and one more try
                     self.close()
                     if attempt:
-                        raise
+                        raise ApiError(503, "the read process died twice on this request; retry",
+                                       headers={"Retry-After": str(RETRY_AFTER_S)}) from None
                 except Exception as exc:
-                    self.condition.note_failure(exc)
-                    raise
+                    raise self._unavailable(exc) from None
         raise AssertionError("unreachable")
+
+    async def look(self) -> None:
+        """Record damage the database file's header shows, once a quick check (in a thread) confirms it."""
+        if self.engine is None or self.condition.damage is not None or header_problem(self.engine) is None:
+            return
+        self.condition.record_check(await self.run(functools.partial(check_integrity, write_probe=False), self.engine))
+
+    def _unavailable(self, exc: Exception) -> Exception:
+        """The exception to raise for a failed read: a 503 naming the database's condition where the
+        failure tells one (recorded for ``/healthz`` and uploads), else the failure itself."""
+        problem = self.condition.note_failure(exc)
+        if problem is None:
+            return exc
+        return ApiError(problem.status, f"the database cannot be read: {problem.reason}")
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:

@@ -4,7 +4,8 @@ Shipped tables (``autotuner/tables/*.json``) are overlaid by the database's curr
 A request finds out whether a newer table was stored by comparing the database's table stamp
 (``db.queries.current_tables_stamp``) with the one loaded; it asks at most once every
 ``reload_interval_s``, so the lookup path costs one clock read between checks. A database that cannot
-be read leaves the tables already loaded in force (and is reported by ``/healthz``).
+be read leaves the tables already loaded in force (and is reported by ``/healthz``: ``on_failure``
+hears of the error, so that damage it names is known to the app).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
@@ -45,8 +46,10 @@ class LiveTables:
 
     ``generation`` grows on every reload: response caches keyed by it never serve a stale answer."""
 
-    def __init__(self, engine: Engine, reload_interval_s: float, include_shipped: bool = True):
+    def __init__(self, engine: Engine, reload_interval_s: float, include_shipped: bool = True,
+                 on_failure: Callable[[BaseException], Any] | None = None):
         self.engine = engine
+        self.on_failure = on_failure
         self.reload_interval_s = reload_interval_s
         self.include_shipped = include_shipped
         self.store = TableStore(cache_limit=STORE_CACHE_LIMIT)
@@ -82,6 +85,8 @@ class LiveTables:
                 database_tables = tables_in_database(engine=self.engine)
             except Exception as exc:  # the database may be down or mid-migration: keep serving what we have
                 self.last_error = f"{type(exc).__name__}: {exc}"
+                if self.on_failure is not None:
+                    self.on_failure(exc)
                 log.warning("could not read dispatch tables from the database: %s", self.last_error)
                 if self.loaded_at is None:
                     self._install(self._shipped(), [])

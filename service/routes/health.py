@@ -27,11 +27,12 @@ async def healthz(request: Request, live: LiveTablesDep, settings: SettingsDep,
                   ) -> JSONResponse:
     """200 while the process serves and its database is not known to be damaged: with the database
     unreachable ``/dispatch`` still answers from the tables already loaded, so ``status`` says
-    "degraded" rather than the probe failing. 503 ("failing") when the database is damaged (seen at
-    start, by a deep check, or by a failed read or upload) or this request's deep check found a
-    problem. The database's URL (a file path, a host name) and the text of its errors (a driver's
-    names host, port and SQL) are shown only to a caller with the upload token; others see its kind
-    and the errors' type names."""
+    "degraded" rather than the probe failing. 503 ("failing") when the database is damaged: seen at
+    start, by a deep check, by a failed read or upload, or by this probe's look at the file's header
+    and size (``BoundedReads.look``: what it sees is confirmed by a quick check), or when this
+    request's deep check found a problem. The database's URL (a file path, a host name) and the text
+    of its errors (a driver's names host, port and SQL) are shown only to a caller with the upload
+    token; others see its kind and the errors' type names."""
     state = request.app.state
     authorised = bearer_matches(settings, bearer_from_header(request))
     if deep and not authorised:
@@ -43,6 +44,8 @@ async def healthz(request: Request, live: LiveTablesDep, settings: SettingsDep,
     if deep:
         found = await state.reads.run(check_integrity, engine)
         state.condition.record_check(found)
+    else:
+        await state.reads.look()
     problem = found or state.condition.damage
     tables = live.store.tables()
     from_database = sum(1 for table in tables if live.source_of(table) == "database")

@@ -1,7 +1,9 @@
 """A damaged, read-only or full database is reported, never an opaque 500: start refused, /healthz
-(deep) 503 naming the damage, uploads refused with the reason."""
+503 naming the damage (deep, and plain once the server has seen it), every read 503 naming it,
+uploads refused with the reason."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -74,3 +76,57 @@ def test_a_full_disk_answers_507_with_the_reason(small_disk, template_database, 
         assert upload.status_code == 507, upload.text
         assert "disk is full" in upload.json()["message"]
         assert client.get("/healthz").status_code == 200  # a full disk is not damage: it can be mended live
+
+
+def zero_the_header(path: str) -> None:
+    with open(path, "r+b") as handle:
+        handle.write(bytes(100))
+
+
+def truncate_to_half(path: str) -> None:
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def garbage_past_the_first_page(path: str) -> None:
+    size = os.path.getsize(path)
+    with open(path, "r+b") as handle:
+        handle.seek(4096)
+        handle.write(os.urandom(size - 4096))
+
+
+@pytest.mark.parametrize("harm", [zero_the_header, truncate_to_half, garbage_past_the_first_page])
+def test_damage_while_serving_answers_503_naming_it_on_every_read_and_plain_healthz_tells(client, database_url, harm):
+    path = database_url.removeprefix("sqlite:///")
+    assert client.get("/measurements", params={"limit": 5}).status_code == 200  # the read process is up
+    assert client.get("/healthz").json()["status"] == "ok"
+    harm(path)
+    reads = [client.get("/measurements", params={"limit": 1000, "after": after}) for after in (0, 0, 50, 0, 900)]
+    assert [r.status_code for r in reads] == [503] * 5, [r.text for r in reads]
+    assert all("damaged" in r.json()["message"] for r in reads)
+    health = client.get("/healthz")
+    assert health.status_code == 503 and health.json()["status"] == "failing"
+    assert "damaged" in health.json()["database"]["problem"]
+    answer = client.get("/dispatch", params={"m": 8, "n": 1024, "dtype": "bf16", "gpu": "h100"})
+    assert answer.status_code == 200  # the tables loaded before keep answering
+
+
+@pytest.mark.parametrize("harm", [zero_the_header, truncate_to_half])
+def test_plain_healthz_sees_a_header_or_size_that_says_damage_before_any_read(client, database_url, harm):
+    harm(database_url.removeprefix("sqlite:///"))
+    health = client.get("/healthz")
+    assert health.status_code == 503 and "damaged" in health.json()["database"]["problem"], health.text
+    assert client.get("/measurements").status_code == 503  # known damage: not read again
+
+
+def test_a_whole_file_passes_the_header_probe_after_many_writes(client, auth):
+    for index in range(3):  # the WAL checkpoints as it grows: the header stays in step with the file
+        upload = client.post("/runs", content=upload_document(50 + index, 3000),
+                             headers={**auth, "Content-Type": "application/json"})
+        assert upload.status_code == 201, upload.text
+        assert client.get("/healthz").json()["status"] == "ok"
+
+
+def test_a_read_only_database_is_refused_where_only_scoped_tokens_are_set(database_url):
+    read_only = f"sqlite:///file:{database_url.removeprefix('sqlite:///')}?mode=ro&uri=true"
+    with pytest.raises(DatabaseError, match="read-only"):
+        create_app(Settings(database_url=read_only, upload_tokens=f"h100:{UPLOAD_TOKEN}", shipped_tables=False))
