@@ -4,7 +4,10 @@ Rendering every table's maps takes about a second of CPU and gives megabytes of 
 request, eight readers of the page held ``/dispatch`` at a p99 of half a second. So a page is rendered
 once per (table generation, GPU filter, dtype filter), in a worker thread through the app's bounded
 reads, and served from :class:`PageCache` until the tables reload: as HTML, or gzip-compressed (once,
-at render time) to a client that accepts it, with an ETag (``If-None-Match`` gives 304). Sending the
+at render time) to a client that accepts it, with an ETag (``If-None-Match`` gives 304). Only a filter
+that some table matches is rendered ahead of its reuse and kept, so the cache holds at most (GPU models
++ 1) x (dtypes + 1) pages, bounded by the tables, and free-text parameters cannot evict one; a filter
+no table matches gets the short "no tables" page, rendered on the spot and not kept. Sending the
 page is work of the event loop too (6 MB of HTML, 0.44 MB gzipped, for the shipped tables): one page
 body is sent at a time (:class:`OneAtATime`), the other requests for it wait, costing nothing.
 """
@@ -29,9 +32,6 @@ from service.tables import LiveTables
 
 router = APIRouter(tags=["page"])
 
-MAX_PAGES = 16  # distinct filter combinations kept per generation (the GPU filter is free text)
-
-
 @dataclass(frozen=True)
 class RenderedPage:
     html: bytes
@@ -52,8 +52,9 @@ class OneAtATime(Response):
 
 
 class PageCache:
-    """Rendered pages of the current table generation; emptied when the generation changes. One
-    render at a time: a request that waited for it finds the page it wanted already there."""
+    """Rendered pages of the current table generation, one per filter that matches a table; emptied
+    when the generation changes. One render at a time: a request that waited for it finds the page it
+    wanted already there."""
 
     def __init__(self, reads: BoundedReads):
         self.reads = reads
@@ -74,6 +75,9 @@ class PageCache:
         return self._pages.get(key)
 
     async def get(self, live: LiveTables, gpu: str | None, dtype: str | None) -> RenderedPage:
+        if not any((gpu is None or table.gpu == gpu) and (dtype is None or table.dtype == dtype)
+                   for table in live.store.tables()):
+            return _render(live, gpu, dtype)  # no table: no map to draw, a few lines of HTML
         key = (gpu, dtype)
         found = self._current(live, key)
         if found is not None:
@@ -87,8 +91,6 @@ class PageCache:
                 found = await self.reads.run(_render, live, gpu, dtype)
                 self.renders += 1
                 if generation == live.generation == self._generation:
-                    if len(self._pages) >= MAX_PAGES:
-                        del self._pages[next(iter(self._pages))]
                     self._pages[key] = found
         return found
 
