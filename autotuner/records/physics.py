@@ -68,9 +68,18 @@ class TimeFloors:
         self.dram_gbps = spec.bandwidth_gbps * MAX_DRAM_FRACTION
         self.l2_gbps = l2_gbps(spec)
 
-    def problems(self, moved: int, times: dict[str, float]) -> Iterator[tuple[str, str]]:
+    def problems(self, moved: int, times: dict[str, float]) -> list[tuple[str, str]]:
         """(rule, what is wrong) for times of a row that moves ``moved`` bytes."""
-        fastest = min(times.values())
+        if not times:
+            return []
+        fastest, slowest = min(times.values()), max(times.values())
+        bound = max(self.launch_us, (moved if self.cold else moved - self.spec.l2_bytes) / self.dram_gbps / 1e3,
+                    0.0 if self.cold else moved / self.l2_gbps / 1e3)
+        if fastest >= bound and slowest <= MAX_TIME_US:
+            return []  # the common case, at the cost of one comparison
+        return list(self._problems(moved, times, fastest))
+
+    def _problems(self, moved: int, times: dict[str, float], fastest: float) -> Iterator[tuple[str, str]]:
         if fastest < self.launch_us:
             yield "launch-floor", (f"{_listed(times, self.launch_us)} below {self.spec.key}'s launch floor of "
                                    f"{self.launch_us:.3g} us")
@@ -105,8 +114,15 @@ def shape_problem(m: int, n: int, dtype: str, spec: GpuSpec) -> str | None:
     return None
 
 
-def resource_problems(row: Any, spec: GpuSpec) -> Iterator[str]:
+def resource_problems(row: Any, spec: GpuSpec) -> list[str]:
     """What is out of range among a row's reported resources (None: not reported, not checked)."""
+    if row.registers is None and row.threads_per_block is None and row.blocks_per_sm is None and \
+            row.static_smem is None and row.dynamic_smem is None and row.occupancy is None and row.spill_bytes is None:
+        return []
+    return list(_resource_problems(row, spec))
+
+
+def _resource_problems(row: Any, spec: GpuSpec) -> Iterator[str]:
     registers, threads, blocks = row.registers, row.threads_per_block, row.blocks_per_sm
     static, dynamic, occupancy, spills = row.static_smem, row.dynamic_smem, row.occupancy, row.spill_bytes
     if registers is not None and not 1 <= registers <= MAX_REGISTERS:

@@ -212,8 +212,14 @@ def validate_rows(rows: Iterable[Any], gpu_key: str, timing_method: str, where: 
     if spec is None:
         return []
     floors = TimeFloors(spec, timing_method)
-    return [problem for index, row in enumerate(rows, start) if row is not None  # copy references carry no status
-            for problem in _row_problems(row, floors, f"{where}[{index}]", getattr(row, "status", "ok"))]
+    problems: list[Problem] = []
+    for index, row in enumerate(rows, start):
+        if row is not None:
+            found = _row_problems(row, floors)
+            if found:
+                place = f"{where}[{index}]"
+                problems.extend(Problem(rule, place, detail) for rule, detail in found)
+    return problems
 
 
 class Tally:
@@ -262,39 +268,42 @@ def _gpu_problems(gpu: Any, spec: GpuSpec | None, where: str) -> Iterator[Proble
                       f"of memory, not {gpu.memory_bytes / 2**30:.1f}")
 
 
-def _row_problems(row: Any, floors: TimeFloors, where: str, status: str) -> Iterator[Problem]:
-    spec = floors.spec
-    shape = f"{row.m}x{row.n} {row.dtype}"
-    wrong_shape = shape_problem(row.m, row.n, row.dtype, spec)
+def _row_problems(row: Any, floors: TimeFloors) -> list[tuple[str, str]]:
+    """(rule, what is wrong) for each rule one measurement or copy reference breaks (copy references
+    carry no status, error or resources); an empty list, cheaply, for a plausible row."""
+    spec, m, n, dtype = floors.spec, row.m, row.n, row.dtype
+    shape = f"{m}x{n} {dtype}"
+    wrong_shape = shape_problem(m, n, dtype, spec)
     if wrong_shape is not None:
-        yield Problem("shape", where, wrong_shape)
-        return
-    if hasattr(row, "registers"):  # a measurement (a copy reference reports no resources)
-        wrong = list(resource_problems(row, spec))
+        return [("shape", wrong_shape)]
+    found: list[tuple[str, str]] = []
+    if hasattr(row, "registers"):  # a measurement
+        wrong = resource_problems(row, spec)
         if wrong:
-            yield Problem("resources", where, f"{shape}: {'; '.join(wrong)}")
-    times = {name: getattr(row, name) for name in TIME_FIELDS if getattr(row, name) is not None}
+            found.append(("resources", f"{shape}: {'; '.join(wrong)}"))
+    p20, median, p80, gbps = row.p20_us, row.median_us, row.p80_us, row.gbps
+    status = getattr(row, "status", "ok")
     if status != "ok":
-        if times or row.gbps is not None:
-            yield Problem("status-error", where, f"{shape}: a {status!r} row carries a time")
-        return
-    error = getattr(row, "max_rel_error", None)  # copy references carry none
+        if p20 is not None or median is not None or p80 is not None or gbps is not None:
+            found.append(("status-error", f"{shape}: a {status!r} row carries a time"))
+        return found
+    error = getattr(row, "max_rel_error", None)
     if error is not None and error > MAX_OK_REL_ERROR:
-        yield Problem("status-error", where, f"{shape}: an 'ok' row with relative error {error:.3g} "
-                      f"(a verified row has at most {MAX_OK_REL_ERROR:g})")
-    moved = bytes_moved(row.m, row.n, row.dtype)
-    for rule, detail in floors.problems(moved, times):
-        yield Problem(rule, where, f"{shape}: {detail}")
-    ordered = [times[name] for name in TIME_FIELDS if name in times]
+        found.append(("status-error", f"{shape}: an 'ok' row with relative error {error:.3g} "
+                      f"(a verified row has at most {MAX_OK_REL_ERROR:g})"))
+    times = {name: value for name, value in zip(TIME_FIELDS, (p20, median, p80)) if value is not None}
+    moved = bytes_moved(m, n, dtype)
+    found.extend((rule, f"{shape}: {detail}") for rule, detail in floors.problems(moved, times))
+    ordered = list(times.values())
     if ordered != sorted(ordered):
-        yield Problem("quantile-order", where, f"{shape}: p20 <= median <= p80 does not hold ("
-                      + ", ".join(f"{name} {value:.4g}" for name, value in times.items()) + ")")
-    if row.gbps is not None:
-        median = times.get("median_us")
+        found.append(("quantile-order", f"{shape}: p20 <= median <= p80 does not hold ("
+                      + ", ".join(f"{name} {value:.4g}" for name, value in times.items()) + ")"))
+    if gbps is not None:
         expected = moved / median / 1e3 if median else None
-        if expected is None or not math.isclose(row.gbps, expected, rel_tol=GBPS_TOLERANCE, abs_tol=1e-9):
+        if expected is None or not math.isclose(gbps, expected, rel_tol=GBPS_TOLERANCE, abs_tol=1e-9):
             said = f"{expected:.4g}" if expected is not None else "none (no median)"
-            yield Problem("gbps", where, f"{shape}: gbps {row.gbps:.4g} is not bytes / median = {said}")
+            found.append(("gbps", f"{shape}: gbps {gbps:.4g} is not bytes / median = {said}"))
+    return found
 
 
 def describe(problems: Iterable[Problem], counts: Optional[dict[str, int]] = None) -> str:
