@@ -171,14 +171,17 @@ async def run_load(host: str, port: int, lines: list[bytes], total: int, connect
 
 
 def start_server(database_url: str, workers: int, gpu: str) -> tuple[subprocess.Popen, int]:
-    """uvicorn over ``database_url`` on a free loopback port; returns when /healthz answers."""
+    """uvicorn over ``database_url`` on a free loopback port, as ``autotuner serve`` runs it (the
+    service's HTTP protocol); returns when /healthz answers."""
+    from service.http_protocol import uvicorn_http
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "AUTOTUNER_DB": database_url, "AUTOTUNER_DEFAULT_GPU": gpu}
     command = [sys.executable, "-m", "uvicorn", "service.app:create_app", "--factory", "--host", "127.0.0.1",
                "--port", str(port), "--workers", str(workers), "--no-access-log", "--log-level", "warning",
-               "--timeout-graceful-shutdown", "10"]
+               "--timeout-graceful-shutdown", "10", "--http", uvicorn_http()]
     process = subprocess.Popen(command, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

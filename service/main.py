@@ -8,6 +8,7 @@ import uvicorn
 from service.app import create_app
 from kernels.settings import export, service_environment
 from service.config import Settings
+from service.http_protocol import uvicorn_http
 
 log = logging.getLogger(__name__)
 
@@ -23,11 +24,11 @@ def run(host: str = "127.0.0.1", port: int = 8000, settings: Settings | None = N
     settings = settings or Settings()
     if workers <= 1:
         uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, access_log=False,
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, http=uvicorn_http())
         return
     export(settings_environment(settings))
     uvicorn.run("service.app:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level=log_level, access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+                log_level=log_level, access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, http=uvicorn_http())
 
 
 def settings_environment(settings: Settings) -> dict[str, str]:

@@ -43,11 +43,11 @@ def answer_dispatch(store: TableStore, settings: Settings, query: DispatchQuery)
     gpu = gpu_key(query.gpu) or settings.default_gpu
     if gpu is None:
         raise invalid("query", "gpu", "gpu is required: this server has no AUTOTUNER_DEFAULT_GPU")
-    known = store.gpus()
-    if gpu not in known:
-        raise ApiError(404, f"no dispatch table for GPU {gpu!r}; known GPUs: {', '.join(known) or 'none'}",
-                       known_gpus=known)
-    if store.get(gpu, dtype, method) is None:
+    if store.get(gpu, dtype, method) is None:  # a table answers: its GPU is known (the list is not made)
+        known = store.gpus()
+        if gpu not in known:
+            raise ApiError(404, f"no dispatch table for GPU {gpu!r}; known GPUs: {', '.join(known) or 'none'}",
+                           known_gpus=known)
         present = [f"{t.dtype}/{t.timing_method}" for t in store.tables() if t.gpu == gpu]
         raise ApiError(404, f"GPU {gpu!r} has no {dtype}/{method} table; it has: {', '.join(present)}",
                        known_gpus=known)
