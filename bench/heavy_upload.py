@@ -8,8 +8,9 @@ process and the uploads queued behind it (loopback only; CPU).
 Starts a one-worker server on a temporary SQLite database (``scripts/load_dispatch.start_server``),
 sends the heavy document from a file while a second client sends a small genuine upload every
 ``--small-every`` seconds, and prints one JSON line: the heavy upload's status, seconds and message;
-the small uploads' statuses and latencies; the peak resident memory (VmHWM) of the server and of each
-upload process that served (sampled while they run, so a process that is replaced is counted too).
+the small uploads' statuses and latencies; the peak resident memory (VmHWM) and CPU time of the server
+and of each upload process that served (sampled while they run, so a process that is replaced is
+counted too; CPU time is the cost on a shared machine, where wall time is mostly the neighbours').
 """
 from __future__ import annotations
 
@@ -117,12 +118,24 @@ class SmallUploads:
             self.stop.wait(self.every)
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """User and system CPU time the process has used (Linux /proc): its cost whatever the machine's load."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError, TypeError):
+        return None
+
+
 class PeakMemory:
-    """VmHWM of the server and of every upload process seen (``/healthz``), sampled every ``every`` s."""
+    """VmHWM and CPU time of the server and of every upload process seen (``/healthz``), sampled every
+    ``every`` s."""
 
     def __init__(self, port: int, server_pid: int, every: float = 0.5):
         self.port, self.server_pid, self.every = port, server_pid, every
         self.peaks: dict[int, float] = {}
+        self.cpu: dict[int, float] = {}
         self.stop = threading.Event()
 
     def sample(self) -> None:
@@ -132,9 +145,11 @@ class PeakMemory:
         except (OSError, ValueError, KeyError):
             child = None
         for pid in (self.server_pid, child):
-            peak = peak_memory_mb(pid)
+            peak, cpu = peak_memory_mb(pid), cpu_seconds(pid)
             if pid is not None and peak is not None:
                 self.peaks[pid] = max(peak, self.peaks.get(pid, 0.0))
+            if pid is not None and cpu is not None:
+                self.cpu[pid] = cpu
 
     def run(self) -> None:
         while not self.stop.wait(self.every):
@@ -161,7 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         for thread in helpers:
             thread.start()
         time.sleep(1.0)
-        status, seconds, answer = post_file(port, document, args.timeout)
+        try:
+            status, seconds, answer = post_file(port, document, args.timeout)
+        except OSError as exc:  # no answer within --timeout (or the connection dropped)
+            status, seconds, answer = type(exc).__name__, args.timeout, str(exc)
         time.sleep(args.small_every + 1)  # one small upload after the heavy one
         small.stop.set()
         memory.stop.set()
@@ -180,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                           "max_s": round(latencies[-1], 3) if latencies else None},
         "peak_rss_mib": {"server": memory.peaks.get(process.pid),
                          "upload_processes": [peak for pid, peak in memory.peaks.items() if pid != process.pid]},
+        "cpu_s": {"server": memory.cpu.get(process.pid),
+                  "upload_processes": [round(cpu, 1) for pid, cpu in memory.cpu.items() if pid != process.pid]},
     }))
     shutil.rmtree(folder, ignore_errors=True)
     return 0

@@ -158,7 +158,7 @@ def test_import_of_an_implausible_document_is_one_line_and_stores_nothing(source
     result = run("import", str(path), "--db", str(tmp_path / "target.sqlite"))
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
     text = " ".join(result.output.split())
-    assert "refused, nothing stored: rule time-floor, 1 place(s): runs[0].measurements[0]: 4096x16000 bf16" in text
+    assert "refused, nothing stored: rule launch-floor, 1 place(s): runs[0].measurements[0]: 4096x16000 bf16" in text
     assert "rule quantile-order" in text  # 1e-300 is also below its own p20
     assert json.loads(run("status", "--db", str(tmp_path / "target.sqlite"), "--json").output)["gpus"] == []
 
