@@ -111,6 +111,9 @@ def _service_figures() -> list[tuple[str, object, object]]:
     from service.routes.measurements import ERROR_CHARS, MAX_PAGE
     from service.routes.runs import MAX_PENDING
     from service.upload_stream import BATCH_ROWS, MAX_ERRORS
+    from autotuner.records import physics
+    from autotuner.records.exchange import MAX_NESTING_DEPTH
+    from autotuner.records.plausibility import MAX_CANDIDATES, MAX_ROWS, MAX_RUNS
 
     text = " ".join(DOCS["SERVICE.md"].split())
 
@@ -127,6 +130,17 @@ def _service_figures() -> list[tuple[str, object, object]]:
         ("uploads at once", MAX_PENDING, after(r"more than (\d+) uploads in progress at once")),
         ("rows a batch", BATCH_ROWS, after(r"rows validated ([\d,]+) at a time")),
         ("problems named", MAX_ERRORS, after(r"at most (\d+) problems")),
+        ("runs a document", MAX_RUNS, after(r"more than ([\d,]+) runs or")),
+        ("rows a document", MAX_ROWS, after(r"runs or ([\d,]+) rows \(measurements")),
+        ("candidates a run", MAX_CANDIDATES, after(r"more than ([\d,]+) candidates in a run")),
+        ("nesting depth", MAX_NESTING_DEPTH, after(r"no value nested deeper than (\d+) levels")),
+        ("launch floors", [round(1000 * v) for v in physics.RECORDED_LAUNCH_FLOOR_US.values()],
+         [int(v.replace(".", "")) for v in re.findall(r"H100 (\d\.\d{3}) µs, H200 (\d\.\d{3}) µs", text)[0]]),
+        ("launch margin", round(10 * physics.LAUNCH_MARGIN), after(r"both copies\) × 0\.(\d)\b")),
+        ("DRAM fraction", (round(1000 * physics.MAX_DRAM_FRACTION), round(1000 * physics.RECORDED_DRAM_FRACTION)),
+         tuple(int(v) for v in re.findall(r"at 0\.(\d{3}) of the model's datasheet DRAM peak: the recordings' "
+                                           r"highest fraction \(0\.(\d{3})", text)[0])),
+        ("L2 bytes a clock", physics.L2_BYTES_PER_CLOCK_PER_SM, after(r"at (\d+) bytes a clock per SM")),
     ]
 
 
