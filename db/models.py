@@ -5,6 +5,8 @@ shape is kept, so tables can be refitted and audited later. Times are microsecon
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime, timezone
 from typing import Any, Optional
 
@@ -24,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-SCHEMA_VERSION = 2  # = the Alembic head's (db/migrations/versions); each revision sets it
+SCHEMA_VERSION = 3  # = the Alembic head's (db/migrations/versions); each revision sets it
 APPLICATION_ID = "softmax-autotuner"
 
 NAMING_CONVENTION = {
@@ -78,8 +80,24 @@ class Environment(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+def run_identity(gpu_key: str, fingerprint: str, timing_method: str, started_at: datetime, host: str | None) -> str:
+    """What makes a sweep run the same run in every database: its GPU model, environment, timing method,
+    start time (UTC, to the microsecond; a naive time is UTC) and host, hashed. ``sweep_runs.identity``
+    holds it under a unique index, so one run is stored once however many servers receive it at once.
+    Changing the formula needs a migration that recomputes the column (revision 0003 computes it)."""
+    started = started_at.replace(tzinfo=timezone.utc) if started_at.tzinfo is None else started_at.astimezone(timezone.utc)
+    fields = [gpu_key, fingerprint, timing_method, started.isoformat(timespec="microseconds"), host]
+    return hashlib.sha256(json.dumps(fields).encode()).hexdigest()
+
+
 class SweepRun(Base):
+    """One sweep (or import, or confirmation) of one GPU model in one environment. Stored once per
+    :func:`run_identity` and never rewritten. ``uploader`` is the name of the upload token that sent it
+    over HTTP (``POST /runs``); NULL for a run this database's own host wrote (a local sweep,
+    ``autotuner import``, ``autotuner confirm``) and for runs stored before schema version 3."""
+
     __tablename__ = "sweep_runs"
+    __table_args__ = (Index("uq_sweep_runs_identity", "identity", unique=True),)
     id: Mapped[int] = mapped_column(primary_key=True)
     gpu_model_id: Mapped[int] = mapped_column(ForeignKey("gpu_models.id"))
     environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id"))
@@ -90,6 +108,8 @@ class SweepRun(Base):
     host: Mapped[Optional[str]] = mapped_column(String(128))
     command: Mapped[Optional[str]] = mapped_column(Text)
     grid: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
+    uploader: Mapped[Optional[str]] = mapped_column(String(128))
+    identity: Mapped[str] = mapped_column(String(64))
 
     gpu_model: Mapped[GpuModel] = relationship()
     environment: Mapped[Environment] = relationship()

@@ -1,7 +1,7 @@
 """Query helpers. Each takes an open session; the caller opens, commits and closes it."""
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Sequence
 
 from sqlalchemy import Row, and_, func, select, update
@@ -17,6 +17,7 @@ from db.models import (
     GpuModel,
     Measurement,
     SweepRun,
+    run_identity,
     utcnow,
 )
 
@@ -76,10 +77,38 @@ def list_gpus(session: Session) -> list[GpuModel]:
 def create_run(
     session: Session, gpu: GpuModel, environment: Environment, timing_method: str, **details: Any
 ) -> SweepRun:
-    run = SweepRun(gpu_model=gpu, environment=environment, timing_method=timing_method, **details)
-    session.add(run)
-    session.flush()
+    """A new run of this database's own host (a sweep, a confirmation): its start time is now unless
+    given, moved on by a microsecond should another run of the same identity hold that instant."""
+    started = details.pop("started_at", None) or utcnow()
+    for _attempt in range(100):
+        run = insert_run(session, gpu, environment, timing_method, started_at=started, **details)
+        if run is not None:
+            return run
+        started += timedelta(microseconds=1)
+    raise RuntimeError(f"no free start time for a new {gpu.key} run near {started.isoformat()}")
+
+
+def insert_run(session: Session, gpu: GpuModel, environment: Environment, timing_method: str, *,
+               started_at: datetime, host: str | None = None, **details: Any) -> SweepRun | None:
+    """The new run with this identity (``db.models.run_identity``), or None where one is stored already
+    (by this transaction or a committed one: the unique index decides, so two servers inserting the same
+    run at once store it once)."""
+    identity = run_identity(gpu.key, environment.fingerprint, timing_method, started_at, host)
+    try:
+        with session.begin_nested():
+            run = SweepRun(gpu_model=gpu, environment=environment, timing_method=timing_method,
+                           started_at=started_at, host=host, identity=identity, **details)
+            session.add(run)
+            session.flush()
+    except IntegrityError:
+        if run_by_identity(session, identity) is None:
+            raise  # another constraint than the identity's
+        return None
     return run
+
+
+def run_by_identity(session: Session, identity: str) -> SweepRun | None:
+    return session.scalars(select(SweepRun).where(SweepRun.identity == identity)).first()
 
 
 def finish_run(session: Session, run_id: int, status: str) -> None:
@@ -276,21 +305,6 @@ def list_runs(session: Session, run_ids: Sequence[int] | None = None, gpu_key: s
     if gpu_key is not None:
         statement = statement.where(GpuModel.key == gpu_key)
     return list(session.scalars(statement))
-
-
-def find_run(
-    session: Session, gpu_id: int, environment_id: int, timing_method: str, started_at: datetime, host: str | None
-) -> SweepRun | None:
-    """The run with this identity, if one exists: an imported run is matched by it, so that uploading
-    the same export twice rewrites the same rows instead of duplicating them."""
-    statement = select(SweepRun).where(
-        SweepRun.gpu_model_id == gpu_id,
-        SweepRun.environment_id == environment_id,
-        SweepRun.timing_method == timing_method,
-        SweepRun.started_at == started_at,
-        SweepRun.host.is_(None) if host is None else SweepRun.host == host,
-    )
-    return session.scalars(statement.order_by(SweepRun.id)).first()
 
 
 def measurements_of_run(session: Session, run_id: int) -> list[tuple[Measurement, CandidateRow]]:

@@ -16,7 +16,7 @@ twice with ``service.json_scan`` (json's C scanner over a sliding window), one v
    ``gpu`` and ``timing_method`` came before its rows (``autotuner export`` writes them first);
    otherwise its rows are read once more for it. Problems raise ``RefusedUpload``: nothing is written.
 2. **write** (only if the check found nothing), in the caller's transaction: each run opened as
-   ``import_runs`` opens it (``exchange.open_run``), its rows upserted ``BATCH_ROWS`` at a time.
+   ``import_runs`` opens it (``provenance.open_run``), its rows inserted ``BATCH_ROWS`` at a time.
 
 Key order inside a run does not matter (the first pass keeps the runs' fields, candidates and copy
 references for the second). Memory: those, the duplicate check's arrays, and one batch of rows.
@@ -32,11 +32,12 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
-from autotuner.records.exchange import ExchangeDocument, ImportSummary, MeasurementRecord, RunRecord, open_run
+from autotuner.records.exchange import ExchangeDocument, ImportSummary, MeasurementRecord, RunRecord
 from autotuner.records.plausibility import (
     LIMITS, RefusedUpload, Tally, count_problems, note_uses, scope_problems, validate_rows as plausibility_of_rows,
     validate_run,
 )
+from autotuner.records.provenance import open_run
 from db import bulk
 from service.json_scan import JsonError, JsonScanner
 
@@ -309,37 +310,42 @@ def _late_plausibility(handle: IO[bytes], runs: list[RunRecord], unchecked: set[
         check()
 
 
-def write_file(session: Session, handle: IO[bytes], runs: list[RunRecord]) -> ImportSummary:
-    """Pass 2, in the caller's transaction: the checked document's runs and rows."""
-    opened: list[tuple[int, list[int]]] = []  # (run id, candidate ids) per run, in order
-    created = measurements = 0
+def write_file(session: Session, handle: IO[bytes], runs: list[RunRecord], uploader: str | None = None) -> ImportSummary:
+    """Pass 2, in the caller's transaction: the checked document's runs (stored with ``uploader``, re-sent
+    ones under the rules of ``autotuner/records/provenance.py``) and their rows."""
+    opened: list[tuple[int, list[int], Any]] = []  # (run id, candidate ids, stored rows or None) per run, in order
+    created = measurements = copies = row_index = 0
     candidate_ids: set[int] = set()
     batch: list[str] = []
 
     def flush() -> None:
-        run_id, ids = opened[-1]
-        bulk.upsert_measurements(session, [{**row.__dict__, "run_id": run_id, "candidate_id": ids[row.candidate]}
-                                           for row in validate_rows(batch)])
+        nonlocal measurements, row_index
+        run_id, ids, stored = opened[-1]
+        rows = [{**row.__dict__, "run_id": run_id, "candidate_id": ids[row.candidate]} for row in validate_rows(batch)]
+        if stored is not None:
+            rows = stored.new_measurements(rows, row_index)
+        row_index += len(batch)
+        measurements += bulk.insert_measurements(session, rows)
         batch.clear()
 
     for kind, index, value in walk(handle):
         if kind == "run":
             if batch:
                 flush()
-            run, is_new, ids = open_run(session, runs[index])
-            opened.append((run.id, ids))
-            created += is_new
+            run, stored, ids = open_run(session, runs[index], uploader, f"runs[{index}]")
+            opened.append((run.id, ids, stored))
+            created, row_index = created + (stored is None), 0
             candidate_ids.update(ids)
-            bulk.upsert_copy_references(session, ({**copy.__dict__, "run_id": run.id} for copy in runs[index].copy_references))
+            references = [{**copy.__dict__, "run_id": run.id} for copy in runs[index].copy_references]
+            copies += bulk.insert_copy_references(
+                session, references if stored is None else stored.new_copy_references(references))
         elif kind == "measurements":
             batch.append(value)
-            measurements += 1
             if len(batch) >= BATCH_ROWS:
                 flush()
     if batch:
         flush()
     session.flush()
-    return ImportSummary(run_ids=[run_id for run_id, _ in opened], runs_created=created, runs_reused=len(opened) - created,
-                         candidates=len(candidate_ids), measurements=measurements,
-                         copy_references=sum(len(run.copy_references) for run in runs),
-                         gpus=sorted({run.gpu.key for run in runs}))
+    return ImportSummary(run_ids=[run_id for run_id, _, _ in opened], runs_created=created,
+                         runs_reused=len(opened) - created, candidates=len(candidate_ids), measurements=measurements,
+                         copy_references=copies, gpus=sorted({run.gpu.key for run in runs}))

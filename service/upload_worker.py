@@ -26,12 +26,13 @@ Supervision (:class:`UploadWorker`, in the server):
   closed) is sent once more to the new child; a second death answers 503 with ``Retry-After``.
   ``/healthz`` reports the state, the restarts and how the last child ended;
 - a commit whose answer was lost (the server killed between the child's commit and the 201) is safe
-  to retry: the same document reuses the same runs and rewrites their rows in place (same run ids,
-  ``runs_reused`` counts them, no row stored twice).
+  to retry: the same document from the same uploader reuses the same runs and adds nothing (same run
+  ids, ``runs_reused`` counts them, no row stored twice or rewritten: ``autotuner/records/provenance.py``).
 
-Across the pipe go plain values: a spool file's path and the GPU models its uploader may send in, and
-``("ok", summary)``, ``("invalid", errors)``, ``("refused", (status, message, problems))`` (implausible
-rows or a GPU outside the token's scope: ``autotuner/records/plausibility.py``; nothing written),
+Across the pipe go plain values: a spool file's path, the GPU models its uploader may send and the
+uploader's name in, and ``("ok", summary)``, ``("invalid", errors)``, ``("refused", (status, message,
+problems))`` (implausible rows or a GPU outside the token's scope: ``autotuner/records/plausibility.py``;
+a stored run it would rewrite, 409: ``autotuner/records/provenance.py``; nothing written),
 ``("storage", (kind, reason))`` (damaged, read-only or full database), ``("abandoned", None)`` (the
 client went before the commit; nothing written) or ``("error", type name)`` out (the child logs the
 traceback itself).
@@ -89,10 +90,12 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def import_file(engine: Any, path: str, allowed_gpus: frozenset[str] | None = None,
-                parent_pid: int | None = None, still_wanted: Callable[[], bool] | None = None) -> tuple[str, Any]:
+                parent_pid: int | None = None, still_wanted: Callable[[], bool] | None = None,
+                uploader: str | None = None) -> tuple[str, Any]:
     """Check and write the document at ``path`` (see the module docstring for the outcomes);
-    ``allowed_gpus`` (None: any known model) are the GPU models its uploader may send;
-    ``still_wanted()``, asked just before the commit, False where the client has gone."""
+    ``allowed_gpus`` (None: any known model) are the GPU models its uploader may send, ``uploader`` the
+    name its runs are stored with (``autotuner/records/provenance.py``); ``still_wanted()``, asked just
+    before the commit, False where the client has gone."""
     from autotuner.records.exchange import ImportSummary
     from autotuner.records.plausibility import RefusedUpload
     from db.integrity import check_integrity, storage_problem
@@ -114,7 +117,7 @@ def import_file(engine: Any, path: str, allowed_gpus: frozenset[str] | None = No
 
     def write(session: Any) -> ImportSummary:
         with open(path, "rb") as handle:
-            summary = write_file(session, handle, runs)
+            summary = write_file(session, handle, runs, uploader)
         if parent_pid is not None and os.getppid() != parent_pid:
             raise ServerGone("the server died before the upload was acknowledged")
         if still_wanted is not None and not still_wanted():
@@ -129,6 +132,8 @@ def import_file(engine: Any, path: str, allowed_gpus: frozenset[str] | None = No
     except ClientGone as gone:
         log.warning("upload not stored: %s", gone)
         return "abandoned", None
+    except RefusedUpload as refused:  # a stored run it would rewrite (provenance.py): rolled back
+        return "refused", (refused.status, str(refused), refused.details())
     except Exception as exc:
         problem = storage_problem(exc)
         if problem is not None:
@@ -156,12 +161,12 @@ def serve_uploads(database_url: str, connection: Any, parent_pid: int) -> None:
     engine = None
     while True:
         try:
-            path, allowed_gpus = connection.recv()
+            path, allowed_gpus, uploader = connection.recv()
         except (EOFError, OSError):
             return
         try:
             engine = engine or _open_engine(database_url)
-            outcome = import_file(engine, path, allowed_gpus, parent_pid, still_wanted)
+            outcome = import_file(engine, path, allowed_gpus, parent_pid, still_wanted, uploader)
         except (EOFError, BrokenPipeError, ConnectionError):
             return  # the server closed the pipe mid-upload (as it asked for the commit): nobody to answer
         except Exception as exc:
@@ -285,8 +290,9 @@ class UploadWorker:
         self._connection.close()
 
     async def run(self, path: str, allowed_gpus: frozenset[str] | None = None,
-                  still_wanted: Callable[[], Awaitable[bool]] | None = None) -> tuple[str, Any]:
-        """The outcome of importing the spooled document at ``path`` for an uploader who may send
+                  still_wanted: Callable[[], Awaitable[bool]] | None = None,
+                  uploader: str | None = None) -> tuple[str, Any]:
+        """The outcome of importing the spooled document at ``path`` for ``uploader``, who may send
         ``allowed_gpus`` (see ``import_file``); ``still_wanted()`` is awaited when the child asks before
         its commit (None: always wanted); ``("died", how)`` when the upload process died on it twice.
         Cancelled halfway (the server shutting down), it kills the upload process, whose transaction
@@ -300,7 +306,7 @@ class UploadWorker:
                 self._ensure_running()
                 self.busy = True
                 try:
-                    self._connection.send((path, allowed_gpus))
+                    self._connection.send((path, allowed_gpus, uploader))
                     while True:
                         message = await anyio.to_thread.run_sync(self._connection.recv, abandon_on_cancel=True)
                         if message[0] != "confirm":

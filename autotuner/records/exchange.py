@@ -18,9 +18,10 @@ database assigns afresh::
 ``measurements[i].candidate`` indexes the run's own ``candidates`` list. The schema below, then the
 plausibility rules of ``plausibility.py`` (times against the GPU model's bandwidth, quantiles, the GPU's
 name and properties), are checked in full before anything is written: a document that fails writes nothing. It is strict JSON:
-integers are JSON integers, times are ISO 8601 strings, NaN and Infinity are refused everywhere. Importing the same run
-twice (same GPU, environment, timing method, start time and host) reuses the run already there, and
-its rows are rewritten in place, so an upload can be retried safely.
+integers are JSON integers, times are ISO 8601 strings, NaN and Infinity are refused everywhere. A run is stored once per identity (GPU, environment,
+timing method, start time and host) with its uploader, and never rewritten: importing it again adds only
+rows it lacks, and only for the uploader that sent it (``provenance.py``), so an upload can be retried
+safely and nobody else's run can be changed.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from autotuner.domain import MAX_DIM, TIMING_METHODS
 from autotuner.records.plausibility import check_document
+from autotuner.records.provenance import open_run
 from db import bulk, queries
 from db.models import CopyReference, Measurement, SweepRun
 from kernels.base import DTYPES  # canonical names only: the document is written by programs
@@ -250,7 +252,8 @@ def _json_default(value: Any) -> str:
 
 
 class ImportSummary(BaseModel):
-    """What an import wrote. ``run_ids`` are the receiving database's ids, in the document's order."""
+    """What an import wrote. ``run_ids`` are the receiving database's ids, in the document's order;
+    ``measurements`` and ``copy_references`` count the rows added (a re-sent run's stored rows are not)."""
 
     run_ids: list[int]
     runs_created: int
@@ -316,39 +319,16 @@ def _copy_record(copy: CopyReference) -> dict[str, Any]:
     return record
 
 
-def open_run(session: Session, record: RunRecord) -> tuple[SweepRun, bool, list[int]]:
-    """The database run for ``record`` (reused when the same run is there: see the module docstring,
-    else created), whether it was created, and the ids of its candidates in the record's order."""
-    gpu = queries.get_or_create_gpu(session, record.gpu.key, record.gpu.name,
-                                    **record.gpu.model_dump(exclude={"key", "name"}))
-    versions = record.environment.model_dump(exclude={"fingerprint", "created_at"})
-    if record.environment.created_at is not None:  # else the column's default (now) applies
-        versions["created_at"] = record.environment.created_at
-    environment = queries.get_or_create_environment(session, record.environment.fingerprint, **versions)
-    run = queries.find_run(session, gpu.id, environment.id, record.timing_method, record.started_at, record.host)
-    created = run is None
-    if run is None:
-        run = queries.create_run(
-            session, gpu, environment, record.timing_method, status=record.status, started_at=record.started_at,
-            finished_at=record.finished_at, host=record.host, command=record.command, grid=record.grid,
-        )
-    else:
-        run.status, run.finished_at = record.status, record.finished_at
-        run.command, run.grid = record.command, record.grid
-    ids = [queries.get_or_create_candidate(session, c.variant, c.config_key, c.config, c.source_hash).id
-           for c in record.candidates]
-    session.flush()  # the run's id, for its rows
-    return run, created, ids
-
-
 def import_runs(session: Session, document: ExchangeDocument | bytes | str | Mapping[str, Any], *,
-                allowed_gpus: frozenset[str] | None = None) -> ImportSummary:
+                allowed_gpus: frozenset[str] | None = None, uploader: str | None = None) -> ImportSummary:
     """Write a document's runs into the session's database; the caller commits (or rolls back).
 
     JSON text or a mapping is validated first (:func:`parse_document`), then every run's plausibility
     (``plausibility.check_document``: raises ``RefusedUpload``; ``allowed_gpus`` are the models the
     uploader may send), so a bad document writes nothing. GPU models, environments and candidates are
-    shared with what the database already holds; a run already present (see the module docstring) is reused."""
+    shared with what the database already holds. Runs are stored with ``uploader`` (None: this database's
+    own host); a run already stored is reused under the rules of ``provenance.py`` (another uploader's,
+    or a changed row, raises ``StoredRunConflict``: the caller rolls back)."""
     if not isinstance(document, ExchangeDocument):
         document = parse_document(document)
     check_document(document, allowed_gpus)
@@ -356,15 +336,18 @@ def import_runs(session: Session, document: ExchangeDocument | bytes | str | Map
     created = reused = measurement_count = copy_count = 0
     candidate_ids: set[int] = set()
     gpus: set[str] = set()
-    for record in document.runs:
-        run, is_new, ids = open_run(session, record)
-        created, reused = created + is_new, reused + (not is_new)
+    for index, record in enumerate(document.runs):
+        run, stored, ids = open_run(session, record, uploader, f"runs[{index}]")
+        created, reused = created + (stored is None), reused + (stored is not None)
         candidate_ids.update(ids)
-        bulk.upsert_measurements(session, (
-            {**row.__dict__, "run_id": run.id, "candidate_id": ids[row.candidate]} for row in record.measurements))
-        bulk.upsert_copy_references(session, ({**copy.__dict__, "run_id": run.id} for copy in record.copy_references))
-        measurement_count += len(record.measurements)
-        copy_count += len(record.copy_references)
+        rows = [{**row.__dict__, "run_id": run.id, "candidate_id": ids[row.candidate]} for row in record.measurements]
+        copies = [{**copy.__dict__, "run_id": run.id} for copy in record.copy_references]
+        if stored is not None:
+            rows, copies = stored.new_measurements(rows), stored.new_copy_references(copies)
+        bulk.insert_measurements(session, rows)
+        bulk.insert_copy_references(session, copies)
+        measurement_count += len(rows)
+        copy_count += len(copies)
         run_ids.append(run.id)
         gpus.add(record.gpu.key)
     session.flush()

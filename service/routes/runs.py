@@ -6,7 +6,8 @@ the body streams in, chunked bodies too), the JSON and its schema (422), the run
 the token's (403) and their plausibility (422, ``autotuner/records/plausibility.py``: the message names
 the rule and the first rows), then one transaction for the whole document, so nothing is half written,
 committed only while the client still waits for the answer (a client that closed its connection gets
-nothing stored). The body streams to a spool file (the server holds at
+nothing stored); its runs are stored with the token's uploader name, and a run stored already is never
+rewritten (409, ``autotuner/records/provenance.py``). The body streams to a spool file (the server holds at
 most ``SPOOL_BUFFER`` bytes of it at a time, and admits at most ``MAX_PENDING`` uploads at once: a
 global memory bound), and the app's supervised upload process (``service/upload_worker.py``) checks
 and writes it from there, off the serving process's GIL. A damaged or read-only database answers
@@ -52,6 +53,8 @@ UPLOAD_BODY = {
     response_model=ImportSummary,
     responses={401: {"model": ErrorBody, "description": "no, or a wrong, bearer token (or uploads disabled)"},
                403: {"model": ErrorBody, "description": "a run of a GPU model this token may not upload"},
+               409: {"model": ErrorBody, "description": "a run stored already: sent by another uploader, or "
+                     "re-sent with other rows (a stored run is never rewritten)"},
                413: {"model": ErrorBody, "description": "body larger than AUTOTUNER_MAX_UPLOAD_BYTES"},
                503: {"model": ErrorBody, "description": "database damaged or read-only, too many uploads at once, or "
                      "the upload process died on this document (the last two with Retry-After)"},
@@ -84,9 +87,10 @@ async def upload_runs(request: Request, uploader: UploadAuthDep, settings: Setti
             if engine.url.get_backend_name() == "sqlite" and engine.url.database in (None, "", ":memory:"):
                 # this process's own database, which the upload process cannot see
                 outcome, value = await anyio.to_thread.run_sync(
-                    import_file, engine, path, uploader.gpus, None, lambda: anyio.from_thread.run(still_wanted))
+                    import_file, engine, path, uploader.gpus, None, lambda: anyio.from_thread.run(still_wanted),
+                    uploader.name)
             else:
-                outcome, value = await worker.run(path, uploader.gpus, still_wanted)
+                outcome, value = await worker.run(path, uploader.gpus, still_wanted, uploader.name)
     finally:
         worker.pending -= 1
     if outcome == "ok":

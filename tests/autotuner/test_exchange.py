@@ -146,7 +146,7 @@ def _import_failing_midway(source_engine, target_engine, monkeypatch) -> dict[st
     def broken(*_args, **_kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(bulk, "upsert_copy_references", broken)  # the last write of a run
+    monkeypatch.setattr(bulk, "insert_copy_references", broken)  # the last write of a run
     with pytest.raises(RuntimeError, match="disk full"):
         with transaction(target_engine) as session:  # the caller's transaction rolls back
             import_runs(session, exported(source_engine))

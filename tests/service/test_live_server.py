@@ -42,7 +42,12 @@ def test_upload_over_http(live_server, database_url):
     with httpx.Client(base_url=live_server.base_url, timeout=30) as http:
         assert http.post("/runs", json=document).status_code == 401
         response = http.post("/runs", json=document, headers={"Authorization": f"Bearer {UPLOAD_TOKEN}"})
-    assert response.status_code == 201 and response.json()["runs_reused"] == 1  # it came from this database
+    # it came from this database, whose own host wrote it: an uploader may not send it again as theirs
+    assert response.status_code == 409 and "rule run-identity" in response.json()["message"], response.text
+    document["runs"][0]["started_at"] = "2030-01-02T03:04:05.000006Z"  # a run of its own
+    with httpx.Client(base_url=live_server.base_url, timeout=30) as http:
+        response = http.post("/runs", json=document, headers={"Authorization": f"Bearer {UPLOAD_TOKEN}"})
+    assert response.status_code == 201 and response.json()["runs_created"] == 1, response.text
 
 
 def test_a_short_bounded_load_gets_only_200s(live_server):
