@@ -38,6 +38,7 @@ def test_the_date_finder_sees_the_forms_it_refuses():
 def _figures() -> list[tuple[str, str, object, object]]:
     """(document, the passage quoted, the value the code gives, the value quoted)."""
     from autotuner.domain import DOMAIN_M_MAX, DOMAIN_N_MAX
+    from autotuner.fit.evidence import REPEATABILITY, SPREAD_CAP
     from autotuner.fit.fit import DEFAULT_PRUNE_MARGIN
     from autotuner.fit.index import RESOLUTION
     from autotuner.fit.model import SCALE_LIMIT
@@ -96,6 +97,8 @@ def _figures() -> list[tuple[str, str, object, object]]:
         ("DESIGN.md", "regret cap", REGRET_CAP, float(quoted("DESIGN.md", r"capped at ([\d.]+) \(past the quick-drop"))),
         ("DESIGN.md", "prune margin", DEFAULT_PRUNE_MARGIN, int(quoted("DESIGN.md", r"no shape loses more than (\d+) %")) / 100),
         ("DESIGN.md", "grid_split waves", _waves(), quoted("DESIGN.md", r"reach (\w+) waves \(`WAVES`\)")),
+        ("DESIGN.md", "repeatability", REPEATABILITY, float(quoted("DESIGN.md", r"\|log ratio\| up to ([\d.]+) \(`REPEATABILITY`"))),
+        ("DESIGN.md", "spread cap", SPREAD_CAP, float(quoted("DESIGN.md", r"capped at ([\d.]+) \(`SPREAD_CAP`\)"))),
     ]
 
 

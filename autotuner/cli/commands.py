@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from autotuner.cli.app import (DbOption, DtypesOption, MethodOption, UserError, app, check_output_folder, command, console,
@@ -21,17 +23,18 @@ def fit(
     rule: Annotated[str, typer.Option(help="Lookup rule: local-regret-clamped (default), local-regret, interp-log or nearest-log.")] = DEFAULT_RULE,
     export: Annotated[Optional[str], typer.Option(help="Also write each table as JSON into this folder.")] = None,
     any_source: Annotated[bool, typer.Option("--any-source", help="Also use rows measured with an older source of a variant (default: current source only).")] = False,
-    replace_worse: Annotated[bool, typer.Option("--replace-worse", help="Store a table even where it answers worse, or covers less, than the one answering today.")] = False,
+    replace_worse: Annotated[bool, typer.Option("--replace-worse", help="Store a table even where it answers worse, covers less, or moves answers on one source's evidence, than the one answering today.")] = False,
 ) -> None:
-    """Fit dispatch tables from the measurements and print their leave-one-out regret. A table that would
-    answer worse than, or cover less than, the one answering today (fitted or shipped) is not stored
-    without --replace-worse; measurements that contradict earlier ones of the same shapes are listed."""
-    from functools import partial
+    """Fit dispatch tables from every current measurement of the GPU model (every run, environment and
+    uploader, reconciled: conflicts between sources are listed and set aside) and print their
+    leave-one-out regret. A table that would answer worse than, cover less than, or move answers on less
+    evidence than the one answering today (fitted or shipped) is not stored without --replace-worse; a
+    stored table's changed answers are listed with whose evidence moved them."""
 
     from sqlalchemy.orm import Session
 
     from autotuner.fit import guard
-    from autotuner.fit.fit import FitError, fit_table
+    from autotuner.fit.fit import FitError, fit_inputs, fit_table
     from autotuner.tune.grid import parse_dtypes
     from autotuner.lookup.gpu import validate_gpu_key
     from autotuner.fit.rule import RULES
@@ -49,24 +52,26 @@ def fit(
     report = Table("gpu", "dtype", "method", "candidates", "shapes", "regret geomean", "p95", "max")
     fitted = refused = 0
     for dt in dtypes:
+        label = f"{key}/{dt}/{method}"
+        compared: list = []
         with Session(engine, expire_on_commit=False) as session, session.begin():
             today = guard.incumbent(session, key, dt, method)
             try:
-                document = fit_table(session, key, dt, method, rule=rule, any_source=any_source,
-                                     accept=partial(guard.check_replacement, today=today, replace_worse=replace_worse))
-            except guard.WorseTableError as exc:
-                console.print(f"[red]refused:[/red] {exc}", highlight=False)
-                refused += 1
-                continue
+                inputs = fit_inputs(session, key, dt, method, any_source=any_source)
             except FitError as exc:
                 console.print(f"[yellow]{exc}[/yellow]", highlight=False)
                 continue
-            found = guard.fit_contradictions(session, key, dt, method, document["environment"]["id"])
-        if found:
-            console.print(f"[yellow]warning:[/yellow] {key}/{dt}/{method}: {len(found)} newest measurement(s) differ from "
-                          f"an earlier run's of the same shape by more than {guard.CONTRADICTION_FACTOR}x beyond both "
-                          f"spreads (the fit takes the newest): " + "; ".join(map(str, found[:guard.SHOWN]))
-                          + (f" (and {len(found) - guard.SHOWN} more)" if len(found) > guard.SHOWN else ""), highlight=False)
+            for line in inputs.evidence.report(label, guard.SHOWN):
+                console.print(f"[yellow]warning:[/yellow] {escape(line)}", highlight=False)
+            try:
+                document = fit_table(session, key, dt, method, rule=rule, inputs=inputs, accept=lambda d: compared.append(
+                    guard.check_replacement(d, today, replace_worse=replace_worse, evidence=inputs.evidence)))
+            except guard.WorseTableError as exc:
+                console.print(f"[red]refused:[/red] {escape(str(exc))}", highlight=False)
+                refused += 1
+                continue
+        if compared and compared[0] is not None:
+            out.print(escape(changed_answers(label, compared[0], inputs.evidence)), highlight=False)
         fitted += 1
         regret = document["regret"]
         report.add_row(key, dt, method, str(len(document["candidates"])), str(len(document["points"])),
@@ -79,8 +84,23 @@ def fit(
     if fitted:
         print_table(report)
     if refused:
-        raise UserError(f"{refused} table(s) not stored: they would answer worse than, or cover less than, the "
-                        f"tables answering today (see above); {guard.REPLACE_FLAG} stores them anyway")
+        raise UserError(f"{refused} table(s) not stored: they would answer worse than, cover less than, or move "
+                        f"answers on less evidence than the tables answering today (see above); "
+                        f"{guard.REPLACE_FLAG} stores them anyway")
+
+
+def changed_answers(label: str, comparison, evidence) -> str:  # noqa: ANN001 - guard.Comparison, evidence.Evidence
+    """How many answers a stored table moved at measured shapes, by how much, and on whose evidence."""
+    changes = comparison.changes
+    if not changes:
+        return f"{label}: no answer changed at the {comparison.new.shapes} measured shapes"
+    ratios = sorted(c.price.ratio for c in changes if c.price is not None and c.price.ratio is not None)
+    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+    by = f"x{geomean:.3f} geomean (x{ratios[0]:.3g} to x{ratios[-1]:.3g})" if ratios else "unpriced"
+    sources = {source for change in changes if change.price is not None for source in change.price.sources}
+    return (f"{label}: {len(changes)} answer(s) changed at measured shapes, new time / old {by}, on the evidence of "
+            f"{evidence.describe_sources(sources) or 'the tables alone'}; first: "
+            + "; ".join(map(str, changes[:5])))
 
 
 # a negative M or N is read as a value (and refused by its range, exit 2), not as an unknown option

@@ -1,11 +1,12 @@
 """Fitting dispatch tables from measurements, and scoring them by cross-validated regret.
 
-For one (GPU model, dtype, timing method): take the newest "ok" time of every candidate on every shape
-(from runs of one environment: the newest, unless ``environment_id`` says otherwise), drop candidates
-that ever failed verification or faulted on this dtype (never chosen), drop rows whose source hash is
-not the variant's current source, drop rows more than 3x the same candidate's time at a larger shape
-(``without_disturbed``), prune candidates that never win by more than ``prune_margin``, and
-write the table document of ``autotuner/lookup/table.py`` (lookup rule ``local-regret-clamped`` by default).
+For one (GPU model, dtype, timing method): reconcile every current reading of every candidate on every
+shape, from every run, environment and uploader (``autotuner/fit/evidence.py``: conflicts beyond the
+measured repeatability are reported and set aside, never "newest wins"; a candidate is banned only where
+two sources reproduced a failed verification or fault), drop rows more than 3x the same candidate's time
+at a larger shape (``without_disturbed``), prune candidates that never win by more than ``prune_margin``,
+and write the table document of ``autotuner/lookup/table.py`` (lookup rule ``local-regret-clamped`` by
+default).
 
 Regret of a table on a shape = median time of the candidate it chooses there / the fastest median
 time of any candidate the fit may dispatch to (every verified candidate, before pruning; peers
@@ -25,17 +26,15 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy.orm import Session
 
+from autotuner.fit.evidence import (BAD_STATUSES, EXCLUDED_BACKENDS, CurrentCode, Observation,  # noqa: F401 - the fit's names too
+                                    readings_of_rows, reconcile)
 from autotuner.fit.launch_cost import preferred_candidates
-from autotuner.tune.measure import QUICK_REPS, VariantConfig
+from autotuner.tune.measure import QUICK_REPS
 from autotuner.tune.retime import slower_than_larger
 from autotuner.fit.index import index_document
 from autotuner.fit.rule import DEFAULT_RULE, RuleTable
 from db import queries
 
-BAD_STATUSES = ("wrong", "fault")
-# Peers (QuACK, Liger) are measured for comparison but never dispatched to by default: a table
-# shipped to hosts without those packages must only name kernels this project carries.
-EXCLUDED_BACKENDS = ("external",)
 # 3 %. 1 % gave lower leave-one-out regret on the recorded sweeps (H100 1.024 / 1.023 / 1.021 against
 # 1.027 / 1.027 / 1.021) but kept 24-28 candidates instead of 15-21, more of them measured at only
 # some neighbours of a shape, which made a first lookup about 50 % slower (2026-11-23).
@@ -44,45 +43,6 @@ DEFAULT_PRUNE_MARGIN = 0.03
 
 class FitError(RuntimeError):
     """Nothing to fit (no measurements of that GPU/dtype/method), with what was looked for."""
-
-
-@dataclass(frozen=True)
-class Observation(VariantConfig):
-    m: int
-    n: int
-    median_us: float
-    repetitions: int | None = None  # QUICK_REPS or fewer: the sweep's quick estimate only
-
-
-def select_observations(rows: Sequence[tuple[Any, Any, Any]], current_hashes: Callable[[str], frozenset[str] | None],
-                        any_source: bool = False, include: Callable[[str], bool] = lambda name: True) -> tuple[list[Observation], set[tuple[str, str]], list[int]]:
-    """Newest ok time per (candidate, shape); the set of candidates with a bad row; the run ids used.
-
-    ``rows`` are (Measurement, Candidate, SweepRun), newest run first. ``current_hashes(variant)``
-    are the hashes rows of the variant's code now carry (``Variant.current_hashes``; None if the
-    variant is not registered here: its rows are skipped).
-    """
-    seen: set[tuple[str, str, int, int]] = set()
-    banned: set[tuple[str, str]] = set()
-    observations: list[Observation] = []
-    runs: set[int] = set()
-    for measurement, candidate, run in rows:
-        hashes_now = current_hashes(candidate.variant)
-        if not include(candidate.variant) or hashes_now is None or (
-                not any_source and candidate.source_hash not in hashes_now):
-            continue
-        identity = (candidate.variant, candidate.config_key)
-        if measurement.status in BAD_STATUSES:
-            banned.add(identity)
-        key = (*identity, measurement.m, measurement.n)
-        if key in seen or measurement.status != "ok" or not measurement.median_us:
-            continue
-        seen.add(key)
-        runs.add(run.id)
-        observations.append(Observation(candidate.variant, candidate.config_key, dict(candidate.config),
-                                        measurement.m, measurement.n, float(measurement.median_us),
-                                        measurement.repetitions))
-    return [o for o in observations if (o.variant, o.config_key) not in banned], banned, sorted(runs)
 
 
 def build_document(observations: Sequence[Observation], constraints: Callable[[str, dict[str, Any]], dict[str, int]],
@@ -236,28 +196,19 @@ class FitInputs:
     """What a fit of one (GPU model, dtype, timing method) reads (see :func:`fit_inputs`)."""
     gpu: Any  # the GpuModel row
     observations: list[Observation]
-    banned: set[tuple[str, str]]  # candidates with a failing row: never fitted
+    banned: set[tuple[str, str]]  # candidates with a failure two sources reproduced: never fitted
     runs: list[int]
-    environment_id: int | None
+    environment_id: int | None  # the newest of those runs' environments
     constraints: Callable[[str, dict[str, Any]], dict[str, int]]  # (variant, config) -> its limits on this dtype
     requirements: Callable[[str, dict[str, Any]], dict[str, int]]  # (variant, config) -> what a GPU needs to run it
+    evidence: Any = None  # the autotuner.fit.evidence.Evidence the observations come from
 
 
 def fit_inputs(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
                environment_id: int | None = None, any_source: bool = False, include_peers: bool = False) -> FitInputs:
-    """The observations a fit uses (see the module docstring) and the candidates' constraints;
-    raises :class:`FitError` when there are none."""
+    """The observations a fit uses (see the module docstring; ``environment_id``: only that environment's
+    runs) and the candidates' constraints; raises :class:`FitError` when there are none."""
     from kernels import KernelConfig, get_variant
-
-    hashes: dict[str, frozenset[str] | None] = {}
-
-    def current_hashes(name: str) -> frozenset[str] | None:  # once per variant: hashing reads its files
-        if name not in hashes:
-            try:
-                hashes[name] = get_variant(name).current_hashes()
-            except KeyError:
-                hashes[name] = None
-        return hashes[name]
 
     constraints_seen: dict[tuple[str, str], dict[str, int]] = {}
 
@@ -274,22 +225,15 @@ def fit_inputs(session: Session, gpu_key: str, dtype: str, timing_method: str = 
     if gpu is None:
         known = ", ".join(g.key for g in queries.list_gpus(session)) or "none"
         raise FitError(f"no measurements of GPU {gpu_key!r} in this database; GPUs measured: {known}")
-    rows = queries.measurements_for(session, gpu_key, dtype, timing_method)
-    if environment_id is None and rows:
-        environment_id = rows[0][2].environment_id  # newest run's environment
-    rows = [r for r in rows if r[2].environment_id == environment_id
-            and (r[2].grid or {}).get("purpose") != "held-out"]  # held-out shapes only score tables
-    def include(name: str) -> bool:
-        try:
-            return include_peers or get_variant(name).backend not in EXCLUDED_BACKENDS
-        except KeyError:
-            return False
-
-    observations, banned, runs = select_observations(rows, current_hashes, any_source, include)
-    observations = without_disturbed(observations)
+    rows = queries.measurements_for(session, gpu_key, dtype, timing_method, environment_id=environment_id)
+    environments = {run.id: run.environment_id for _, _, run in rows}
+    evidence = reconcile(readings_of_rows(rows, CurrentCode(any_source, include_peers)))
+    observations = without_disturbed(evidence.observations)
     if not observations:
         raise FitError(f"no verified measurements of {gpu_key}/{dtype} with timing method {timing_method!r}")
-    return FitInputs(gpu, observations, banned, runs, environment_id, constraints, requirements)
+    runs = evidence.run_ids
+    return FitInputs(gpu, observations, evidence.banned, runs, environments[runs[-1]] if runs else None,
+                     constraints, requirements, evidence)
 
 
 def without_disturbed(observations: Sequence[Observation]) -> list[Observation]:
@@ -306,13 +250,16 @@ def without_disturbed(observations: Sequence[Observation]) -> list[Observation]:
 def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
               rule: str = DEFAULT_RULE, prune_margin: float = DEFAULT_PRUNE_MARGIN, environment_id: int | None = None,
               any_source: bool = False, include_peers: bool = False, save: bool = True,
-              accept: Callable[[dict[str, Any]], Any] | None = None, with_index: bool = True) -> dict[str, Any]:
+              accept: Callable[[dict[str, Any]], Any] | None = None, with_index: bool = True,
+              inputs: FitInputs | None = None) -> dict[str, Any]:
     """Fit, score and (if ``save``) store the table of one (GPU, dtype, method); returns the document
     (with its decision index unless ``with_index`` is off and it is not saved: a caller comparing
     regrets only skips the index build, about 5-60 s a table on the CPU machine). ``accept(document)``
-    runs before it is stored and may refuse it by raising (``fit/guard.py``)."""
-    inputs = fit_inputs(session, gpu_key, dtype, timing_method, environment_id=environment_id,
-                        any_source=any_source, include_peers=include_peers)
+    runs before it is stored and may refuse it by raising (``fit/guard.py``). ``inputs``: the
+    :func:`fit_inputs` already read (the caller reports their evidence), else read here."""
+    if inputs is None:
+        inputs = fit_inputs(session, gpu_key, dtype, timing_method, environment_id=environment_id,
+                            any_source=any_source, include_peers=include_peers)
     observations, constraints, runs = inputs.observations, inputs.constraints, inputs.runs
     copies = {(c.m, c.n): c.median_us for c in reversed(queries.copy_references_for(session, gpu_key, dtype, timing_method))
               if c.run_id in runs}
@@ -323,6 +270,8 @@ def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "
                               with_index=with_index or save)
     document["regret"] = leave_one_out_regret(observations, constraints, rule=rule, prune_margin=prune_margin)
     document["excluded_failing"] = sorted(f"{v}[{k}]" for v, k in inputs.banned)
+    if inputs.evidence is not None:
+        document["evidence"] = inputs.evidence.summary()
     if accept is not None:
         accept(document)
     if save:

@@ -1,23 +1,23 @@
 """A fit never silently makes answers worse: a newly fitted table is compared with the one answering
 today for its GPU, dtype and timing method (the database's current table, else the shipped one) before
-it replaces it, and a run that contradicts earlier measurements of the same shapes is reported.
+it replaces it.
 
-Comparison (:func:`compare`), on the two documents' ``points`` and ``candidates`` only:
+Comparison (:func:`compare`), on the two documents' ``points`` and ``candidates`` and the fit's evidence:
 
 - coverage: measured shapes, the largest M, the smallest and largest N. A table with fewer than
   ``COVERAGE_SHARE`` of today's measured shapes, or a narrower M or N range, is narrower.
-- answers: on every shape either table measured, each table's answer (its decision index, what the lookup
-  gives there, ``torch_softmax`` when none) is priced from one table's measured times at that shape,
-  today's first, so that both answers are priced by the same measurement. Worse: the geometric mean of
-  new / today above ``1 + GEOMEAN_TOLERANCE``, or a shape answered more than ``SHAPE_TOLERANCE`` times slower.
+- answers: on every shape either table measured (M and N at least 1), each table's answer (its decision
+  index, what the lookup gives there, ``torch_softmax`` when none). An answer that stays is priced 1
+  where a table measured it. A changed answer is priced by evidence independent of the rows that
+  proposed it (``autotuner/fit/evidence.py``, ``Evidence.price_change``: each source's own reading of
+  both answers at the shape, no single source setting the price); without the fit's evidence, from one
+  table's measured times, today's first. Worse: the geometric mean of new / today above
+  ``1 + GEOMEAN_TOLERANCE``, or a shape answered more than ``SHAPE_TOLERANCE`` times slower.
+- evidence: an answer may move only where two sources measured both answers at the shape, or a
+  confirmation did (``autotuner confirm``); an answer that one source alone would move is unconfirmed.
 
-A worse or narrower table is refused (:class:`WorseTableError`) unless the caller says to replace it
-anyway (``autotuner fit --replace-worse``).
-
-Contradictions (:func:`contradictions`): among the runs of the fit's environment, a candidate's newest
-time at a shape whose p20-p80 interval lies more than ``CONTRADICTION_FACTOR`` from an earlier run's
-interval at the same shape (the spread of both measurements is allowed for; beyond it a kernel did not
-get that much faster or slower by chance).
+A worse, narrower or unconfirmed table is refused (:class:`WorseTableError`) unless the caller says to
+replace it anyway (``autotuner fit --replace-worse``).
 """
 from __future__ import annotations
 
@@ -37,13 +37,17 @@ from db import queries
 COVERAGE_SHARE = 0.9
 GEOMEAN_TOLERANCE = 0.01
 SHAPE_TOLERANCE = 1.5
-CONTRADICTION_FACTOR = 1.5
 REPLACE_FLAG = "--replace-worse"
 SHOWN = 5
 
 
 class WorseTableError(FitError):
-    """The new table would answer worse than, or cover less than, the one answering today."""
+    """The new table would answer worse than, cover less than, or move answers on less evidence than
+    the one answering today; ``comparison`` says how."""
+
+    def __init__(self, message: str, comparison: "Comparison | None" = None):
+        super().__init__(message)
+        self.comparison = comparison
 
 
 @dataclass(frozen=True)
@@ -65,13 +69,30 @@ class Incumbent:
     origin: str
 
 
+@dataclass(frozen=True)
+class Change:
+    """An answer the new table moves at a measured shape, with its price by the fit's evidence."""
+
+    m: int
+    n: int
+    today: tuple[str, str]
+    new: tuple[str, str]
+    price: Any  # evidence.Price, or None without the fit's evidence
+
+    def __str__(self) -> str:
+        ratio = f" x{self.price.ratio:.3g}" if self.price is not None and self.price.ratio is not None else ""
+        return f"{self.m}x{self.n}: {_name(self.today)} -> {_name(self.new)}{ratio}"
+
+
 @dataclass
 class Comparison:
     new: Coverage
     today: Coverage
-    priced: int = 0  # shapes where both answers had a measured time in one table
+    priced: int = 0  # shapes where both answers had a price
     geomean: float | None = None  # new answer's time / today's, over the priced shapes
     slower: list[tuple[float, str]] = field(default_factory=list)  # (ratio, description), worst first
+    changes: list[Change] = field(default_factory=list)  # answers moved at measured shapes
+    unconfirmed: list[Change] = field(default_factory=list)  # of those, the ones no two sources (nor a confirmation) priced
     reasons: list[str] = field(default_factory=list)  # why the new table is worse or narrower; empty: it is not
 
 
@@ -90,8 +111,9 @@ def _answer(table: DispatchTable, m: int, n: int) -> tuple[str, str]:
     return (candidate["variant"], candidate["config_key"])
 
 
-def compare(new_document: Mapping[str, Any], today_document: Mapping[str, Any]) -> Comparison:
-    """How the new table answers against today's (see the module docstring)."""
+def compare(new_document: Mapping[str, Any], today_document: Mapping[str, Any], evidence: Any = None) -> Comparison:
+    """How the new table answers against today's (see the module docstring); ``evidence`` is the fit's
+    ``evidence.Evidence`` (None: changed answers are priced from the tables' own times)."""
     result = Comparison(coverage(new_document), coverage(today_document))
     new, today = result.new, result.today
     if new.shapes < COVERAGE_SHARE * today.shapes:
@@ -102,16 +124,24 @@ def compare(new_document: Mapping[str, Any], today_document: Mapping[str, Any]) 
     new_table, today_table = DispatchTable(new_document), DispatchTable(today_document)
     today_times, new_times = times_by_shape(today_document), times_by_shape(new_document)
     logs = []
-    for m, n in sorted(set(today_times) | set(new_times)):
+    for m, n in sorted(shape for shape in set(today_times) | set(new_times) if min(shape) >= 1):  # no rows, no answer
         new_pick, today_pick = _answer(new_table, m, n), _answer(today_table, m, n)
-        for times in (today_times.get((m, n)), new_times.get((m, n))):
-            if times and new_pick in times and today_pick in times:
-                ratio = times[new_pick] / times[today_pick]
-                logs.append(math.log(ratio))
-                if ratio > SHAPE_TOLERANCE:
-                    result.slower.append((ratio, f"{m}x{n}: {today_pick[0]} {times[today_pick]:.4g} us -> "
-                                                 f"{new_pick[0]} {times[new_pick]:.4g} us"))
-                break
+        if new_pick != today_pick and evidence is not None:
+            change = Change(m, n, today_pick, new_pick, evidence.price_change(m, n, today_pick, new_pick))
+            result.changes.append(change)
+            if not change.price.evidenced:
+                result.unconfirmed.append(change)
+                continue
+            ratios = [change.price.ratio]
+        else:
+            ratios = [times[new_pick] / times[today_pick] for times in (today_times.get((m, n)), new_times.get((m, n)))
+                      if times and new_pick in times and today_pick in times][:1]
+            if new_pick != today_pick and evidence is None and ratios:
+                result.changes.append(Change(m, n, today_pick, new_pick, None))
+        for ratio in ratios:
+            logs.append(math.log(ratio))
+            if ratio > SHAPE_TOLERANCE:
+                result.slower.append((ratio, f"{m}x{n}: {today_pick[0]} -> {new_pick[0]} x{ratio:.3g}"))
     result.priced = len(logs)
     result.slower.sort(reverse=True)
     if logs:
@@ -122,7 +152,26 @@ def compare(new_document: Mapping[str, Any], today_document: Mapping[str, Any]) 
     if result.slower:
         shown = "; ".join(text for _, text in result.slower[:SHOWN])
         result.reasons.append(f"{len(result.slower)} shape(s) answered more than {SHAPE_TOLERANCE}x slower: {shown}")
+    if result.unconfirmed:
+        result.reasons.append(unconfirmed_reason(result.unconfirmed, evidence))
     return result
+
+
+def unconfirmed_reason(changes: Sequence[Change], evidence: Any) -> str:
+    """Why unconfirmed answer changes keep a table out, naming them and whose evidence they rest on."""
+    def why(price: Any) -> str:
+        if price.sources:
+            return f"by {evidence.describe_sources(price.sources)} alone"
+        return f"proposed by {evidence.describe_sources(price.proposed_by) or 'no current row'}, never timed beside today's answer"
+
+    shown = "; ".join(f"{change} ({why(change.price)})" for change in changes[:SHOWN])
+    more = f" (and {len(changes) - SHOWN} more)" if len(changes) > SHOWN else ""
+    return (f"{len(changes)} answer(s) would move on one source's evidence: {shown}{more}; an answer moves on a "
+            f"second source's run (another uploader or host) or a confirming re-measurement (autotuner confirm)")
+
+
+def _name(candidate: tuple[str, str]) -> str:
+    return f"{candidate[0]}[{candidate[1]}]" if candidate[1] else candidate[0]
 
 
 def incumbent(session: Session, gpu_key: str, dtype: str, timing_method: str) -> Incumbent | None:
@@ -141,60 +190,16 @@ def incumbent(session: Session, gpu_key: str, dtype: str, timing_method: str) ->
     return None
 
 
-def check_replacement(document: Mapping[str, Any], today: Incumbent | None, *, replace_worse: bool = False) -> Comparison | None:
-    """Raise :class:`WorseTableError` if ``document`` is worse or narrower than ``today``'s table (unless
-    ``replace_worse``); the comparison, None when nothing answers today."""
+def check_replacement(document: Mapping[str, Any], today: Incumbent | None, *, replace_worse: bool = False,
+                      evidence: Any = None) -> Comparison | None:
+    """Raise :class:`WorseTableError` if ``document`` is worse, narrower or unconfirmed against ``today``'s
+    table (unless ``replace_worse``; ``evidence``: the fit's); the comparison, None when nothing answers today."""
     if today is None:
         return None
-    result = compare(document, today.document)
+    result = compare(document, today.document, evidence)
     if result.reasons and not replace_worse:
         key = f"{document['gpu']}/{document['dtype']}/{document.get('timing_method', 'cold')}"
         raise WorseTableError(f"{key}: not stored, {today.origin} keeps answering: " + "; ".join(result.reasons)
-                              + f". Measure more shapes (autotuner sweep), or pass {REPLACE_FLAG} to store it anyway")
+                              + f". Measure more shapes (autotuner sweep), confirm the changed answers (autotuner "
+                              f"confirm), or pass {REPLACE_FLAG} to store it anyway", result)
     return result
-
-
-@dataclass(frozen=True)
-class Contradiction:
-    variant: str
-    config_key: str
-    m: int
-    n: int
-    newest_us: float
-    newest_run: int
-    earlier_us: float
-    earlier_run: int
-
-    def __str__(self) -> str:
-        return (f"{self.m}x{self.n} {self.variant}[{self.config_key}]: {self.newest_us:.4g} us in run {self.newest_run}"
-                f" against {self.earlier_us:.4g} us in run {self.earlier_run}")
-
-
-def _interval(row: Any) -> tuple[float, float]:
-    return (row.p20_us or row.median_us, row.p80_us or row.median_us)
-
-
-def contradictions(rows: Sequence[tuple[Any, Any, Any]]) -> list[Contradiction]:
-    """Newest ok measurements that an earlier run's of the same candidate and shape contradict (see the
-    module docstring). ``rows`` are (Measurement, Candidate, SweepRun), newest run first, one environment."""
-    newest: dict[tuple[int, int, int, str], Any] = {}
-    found: dict[tuple[int, int, int, str], Contradiction] = {}
-    for measurement, candidate, run in rows:
-        if measurement.status != "ok" or not measurement.median_us:
-            continue
-        key = (candidate.id, measurement.m, measurement.n, measurement.dtype)
-        first = newest.setdefault(key, (measurement, candidate, run))
-        if first[0] is measurement or key in found:
-            continue
-        (low_new, high_new), (low_old, high_old) = _interval(first[0]), _interval(measurement)
-        if low_new > CONTRADICTION_FACTOR * high_old or low_old > CONTRADICTION_FACTOR * high_new:
-            found[key] = Contradiction(candidate.variant, candidate.config_key, measurement.m, measurement.n,
-                                       first[0].median_us, first[2].id, measurement.median_us, run.id)
-    return list(found.values())
-
-
-def fit_contradictions(session: Session, gpu_key: str, dtype: str, timing_method: str,
-                       environment_id: int | None) -> list[Contradiction]:
-    """:func:`contradictions` among the measurements a fit of (gpu, dtype, method) reads."""
-    rows = queries.measurements_for(session, gpu_key, dtype, timing_method, environment_id=environment_id)
-    return contradictions(rows)

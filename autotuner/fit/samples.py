@@ -2,10 +2,10 @@
 (``autotuner/fit/perfmodel.py``) is fitted on and what it transfers from one GPU to another.
 
 Read from ``autotuner export`` documents (``.json`` or ``.json.gz``), the form every recording is
-committed in. The rows kept are the fit's (``autotuner/fit/fit.py``): ok and timed, of a variant
-registered here whose current sources carry the row's source hash, not a peer (``EXCLUDED_BACKENDS``),
-not of a candidate that ever failed verification or faulted on that GPU and dtype, the newest per
-(GPU, candidate, dtype, shape), and not disturbed (``fit.without_disturbed``).
+committed in. The rows kept are the fit's (``autotuner/fit/fit.py``): current rows
+(``evidence.CurrentCode``, peers left out), reconciled as the fit reconciles them
+(``evidence.reconcile``: every run, each host a source; a failure bans a candidate on a GPU and dtype
+only where two sources reproduced it), and not disturbed (``fit.without_disturbed``).
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from autotuner.fit.fit import BAD_STATUSES, EXCLUDED_BACKENDS, Observation, without_disturbed
+from autotuner.fit.evidence import CurrentCode, Reading, reconcile, source_of
+from autotuner.fit.fit import without_disturbed
 
 # The committed recordings, per GPU: those the shipped tables are fitted from (autotuner/tables/README.md).
 RECORDINGS: Mapping[str, tuple[str, ...]] = {
@@ -80,54 +81,34 @@ def read_export(path: Path) -> dict[str, Any]:
 
 def load_samples(paths: Iterable[Path], gpus: Sequence[str] | None = None) -> list[Sample]:
     """The fit's rows (module docstring) of every run in ``paths`` (of ``gpus`` only, if given)."""
-    from kernels import get_variant
-
-    hashes: dict[str, frozenset[str] | None] = {}
-
-    def current(variant: str) -> frozenset[str] | None:
-        if variant not in hashes:
-            try:
-                registered = get_variant(variant)
-                hashes[variant] = None if registered.backend in EXCLUDED_BACKENDS else registered.current_hashes()
-            except KeyError:
-                hashes[variant] = None
-        return hashes[variant]
-
-    newest: dict[tuple[str, str, str, str, int, int], Sample] = {}
-    banned: set[tuple[str, str, str, str]] = set()
+    current = CurrentCode()
+    readings: dict[tuple[str, str], list[Reading]] = {}
+    resources: dict[tuple, Resources] = {}
+    order = 0
     for path in paths:
         for run in read_export(Path(path))["runs"]:
             gpu = (run.get("gpu") or {}).get("key")
             if gpus is not None and gpu not in gpus:
                 continue
+            order += 1  # runs are exported oldest first
+            source = source_of(None, run.get("host"), order, run.get("grid"))
             candidates = run["candidates"]
-            for row in run["measurements"]:
+            for index, row in enumerate(run["measurements"]):
                 candidate = candidates[row["candidate"]]
-                hashes_now = current(candidate["variant"])
-                if hashes_now is None or candidate.get("source_hash") not in hashes_now:
+                if not current(candidate["variant"], candidate.get("source_hash")):
                     continue
-                identity = (gpu, row["dtype"], candidate["variant"], candidate["config_key"])
-                if row.get("status") in BAD_STATUSES:
-                    banned.add(identity)
-                if row.get("status") != "ok" or not row.get("median_us"):
-                    continue
-                newest[(*identity, row["m"], row["n"])] = Sample(  # runs are exported oldest first
-                    gpu, row["dtype"], candidate["variant"], candidate["config_key"], row["m"], row["n"],
-                    float(row["median_us"]), Resources.of(row), candidate.get("config") or {})
-    return undisturbed([s for key, s in newest.items() if key[:4] not in banned])
-
-
-def undisturbed(samples: Sequence[Sample]) -> list[Sample]:
-    """``samples`` less the disturbed timings the fit leaves out (``fit.without_disturbed``), per GPU."""
-    kept: list[Sample] = []
-    groups: dict[tuple[str, str], list[Sample]] = {}
-    for sample in samples:
-        groups.setdefault((sample.gpu, sample.dtype), []).append(sample)
-    for group in groups.values():
-        observations = without_disturbed([Observation(s.variant, s.config_key, {}, s.m, s.n, s.median_us) for s in group])
-        keep = {(o.variant, o.config_key, o.m, o.n) for o in observations}
-        kept += [s for s in group if (s.variant, s.config_key, s.m, s.n) in keep]
-    return kept
+                reading = Reading(candidate["variant"], candidate["config_key"], row["m"], row["n"], row.get("status"),
+                                  row.get("median_us"), row.get("p20_us"), row.get("p80_us"), row.get("repetitions"),
+                                  order, (order, index), source, candidate.get("config") or {})
+                readings.setdefault((gpu, row["dtype"]), []).append(reading)
+                if reading.status == "ok":
+                    resources[(gpu, row["dtype"], *reading.key)] = Resources.of(row)
+    samples = []
+    for (gpu, dtype), group in readings.items():
+        for o in without_disturbed(reconcile(group).observations):
+            samples.append(Sample(gpu, dtype, o.variant, o.config_key, o.m, o.n, o.median_us,
+                                  resources[(gpu, dtype, o.variant, o.config_key, o.m, o.n)], o.config))
+    return samples
 
 
 def recording_paths(root: Path, gpus: Iterable[str] | None = None) -> list[Path]:

@@ -109,18 +109,25 @@ def test_a_row_three_times_slower_than_the_same_candidate_on_more_work_is_left_o
 
 
 def test_observations_keep_rows_under_any_current_hash_only():
-    """``select_observations`` keeps a row whose hash is one of the variant's current hashes (pinned
-    or full text) and skips a row of older code and of an unregistered variant."""
+    """The fit's rows (``evidence.readings_of_rows`` through ``CurrentCode``) keep a row whose hash is one of
+    the variant's current hashes (pinned or full text) and skip a row of older code, of an unregistered
+    variant, of a peer (unless asked for) and of a held-out run."""
     from types import SimpleNamespace
 
-    from autotuner.fit.fit import select_observations
+    from autotuner.fit.evidence import CurrentCode, readings_of_rows, reconcile
 
-    def row(variant, source_hash, m, run_id):
-        measurement = SimpleNamespace(status="ok", median_us=5.0, m=m, n=1024, repetitions=20)
+    def row(variant, source_hash, m, run_id, purpose=None):
+        measurement = SimpleNamespace(id=m, status="ok", median_us=5.0, p20_us=None, p80_us=None, m=m, n=1024,
+                                      repetitions=20)
         candidate = SimpleNamespace(variant=variant, config_key="a=1", config={"a": 1}, source_hash=source_hash)
-        return measurement, candidate, SimpleNamespace(id=run_id)
+        return measurement, candidate, SimpleNamespace(id=run_id, uploader=None, host="h", grid={"purpose": purpose})
 
-    rows = [row("v", "pinned", 1, 3), row("v", "fulltext", 2, 2), row("v", "older", 4, 1), row("gone", "x", 8, 1)]
-    current = {"v": frozenset({"pinned", "fulltext"})}
-    observations, banned, runs = select_observations(rows, current.get)
-    assert sorted(o.m for o in observations) == [1, 2] and runs == [2, 3] and not banned
+    rows = [row("v", "pinned", 1, 3), row("v", "fulltext", 2, 2), row("v", "older", 4, 1), row("gone", "x", 8, 1),
+            row("peer", "p", 16, 1), row("v", "pinned", 32, 4, purpose="held-out")]
+    registry = {"v": ("cuda", frozenset({"pinned", "fulltext"})), "peer": ("external", frozenset({"p"}))}
+    evidence = reconcile(readings_of_rows(rows, CurrentCode(registered=registry.get)))
+    assert sorted(o.m for o in evidence.observations) == [1, 2] and evidence.run_ids == [2, 3] and not evidence.banned
+    with_peers = reconcile(readings_of_rows(rows, CurrentCode(include_peers=True, registered=registry.get)))
+    assert sorted(o.m for o in with_peers.observations) == [1, 2, 16]
+    any_source = reconcile(readings_of_rows(rows, CurrentCode(any_source=True, registered=registry.get)))
+    assert sorted(o.m for o in any_source.observations) == [1, 2, 4]

@@ -152,7 +152,7 @@ def test_retime_unstable_measures_only_disturbed_rows_again_and_keeps_both_rows(
     # done now: a second retime run finds nothing disturbed
     again = Sweep(engine, GPU, ENV, "cold", candidates, command="test", retime_spread=2.0)
     assert again.run(ReplayMeasurer(steady), items).measured == 0
-    with Session(engine) as session:  # fits read the newest run's row (fit.select_observations)
+    with Session(engine) as session:  # fits read a host's newest row (evidence.reconcile)
         rows = session.execute(select(Measurement.run_id, Measurement.median_us)
                                .where(Measurement.m == 1, Measurement.median_us.is_not(None))
                                .order_by(Measurement.run_id)).all()
