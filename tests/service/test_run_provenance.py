@@ -11,24 +11,15 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from autotuner.records.exchange import export_runs
 from db.engine import make_engine
 from db.models import Measurement, SweepRun
 from service.app import create_app
 from service.config import Settings
+from tests.service.test_runs import document  # noqa: F401 - the fixture: the export of a populated database's run
 
 LAB_A = "lab-a-token-0123456789abcdef"
 LAB_B = "lab-b-token-0123456789abcdef"
 TOKENS = json.dumps({"lab-a": {"token": LAB_A, "gpus": ["h100"]}, "lab-b": {"token": LAB_B, "gpus": ["h100"]}})
-
-
-@pytest.fixture
-def document(database_url) -> dict:
-    engine = make_engine(database_url)
-    with Session(engine) as session:
-        exported = export_runs(session, gpu_key="h100")
-    engine.dispose()
-    return exported
 
 
 @pytest.fixture
