@@ -150,9 +150,9 @@ def serve_uploads(database_url: str, connection: Any, parent_pid: int) -> None:
     die_with_parent(parent_pid)
     os.nice(BACKGROUND_NICENESS)  # the serving process first (see service.reads)
     import service.upload_stream  # noqa: F401 - imported before the first upload, not during it
-    from kernels import all_variants
+    from autotuner.records.plausibility import load_registry
 
-    all_variants()  # the registry the rules read (plausibility.candidate_problems), imported now too
+    load_registry()  # the kernel registry the rules read, imported now too
 
     def still_wanted() -> bool:
         connection.send(("confirm", None))

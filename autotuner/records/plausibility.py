@@ -157,6 +157,14 @@ def note_uses(rows: Iterable[Any], uses: Uses, start: int = 0) -> Uses:
     return uses
 
 
+def load_registry() -> None:
+    """Import the kernel registry the candidate rules read (:func:`candidate_problems`): a process that
+    checks uploads calls it at its start, so its first upload does not pay for the import."""
+    from kernels import all_variants
+
+    all_variants()
+
+
 def candidate_problems(candidates: list[Any], uses: Uses, gpu_key: str, where: str) -> list[Problem]:
     """Each candidate's variant and config against the registry, and each (candidate, dtype) a row
     ran against the variant's dtypes and the requirements the GPU model must meet."""
