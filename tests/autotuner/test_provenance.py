@@ -65,10 +65,10 @@ def test_the_uploader_is_recorded_and_the_same_uploader_resending_adds_nothing(e
 def test_another_uploader_sending_a_stored_run_is_refused_and_nothing_changes(engine, document):
     upload(engine, document, "lab-a")
     before = stored(engine)
-    forged = copy.deepcopy(document)
+    forged = copy.deepcopy(document)  # slower times: plausible (faster ones meet the floors first)
     for row in forged["runs"][0]["measurements"]:
         if row["median_us"]:
-            row.update(median_us=row["median_us"] * 0.8, p20_us=row["p20_us"] * 0.8, p80_us=row["p80_us"] * 0.8, gbps=None)
+            row.update(median_us=row["median_us"] * 1.25, p20_us=row["p20_us"] * 1.25, p80_us=row["p80_us"] * 1.25, gbps=None)
     for sender, sent in (("lab-b", forged), ("lab-b", document), (None, document)):
         with pytest.raises(StoredRunConflict, match="rule run-identity") as refused:
             upload(engine, sent, sender)

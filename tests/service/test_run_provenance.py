@@ -53,10 +53,10 @@ def test_runs_are_stored_with_their_uploader_and_never_rewritten(central, docume
     retry = post(client, document, LAB_A)  # a client that saw no answer sends it again
     assert retry.status_code == 201 and retry.json()["runs_reused"] == 1 and retry.json()["measurements"] == 0
 
-    forged = copy.deepcopy(document)
+    forged = copy.deepcopy(document)  # slower times: plausible (faster ones meet the floors first)
     for row in forged["runs"][0]["measurements"]:
         if row["median_us"]:
-            row.update(median_us=row["median_us"] * 0.9, p20_us=row["p20_us"] * 0.9, p80_us=row["p80_us"] * 0.9, gbps=None)
+            row.update(median_us=row["median_us"] * 1.25, p20_us=row["p20_us"] * 1.25, p80_us=row["p80_us"] * 1.25, gbps=None)
     for token, sent, rule in ((LAB_B, forged, "run-identity"), (LAB_B, document, "run-identity"),
                               (LAB_A, forged, "run-immutable")):
         refused = post(client, sent, token)
