@@ -70,7 +70,7 @@ def fit(
                 console.print(f"[red]refused:[/red] {escape(str(exc))}", highlight=False)
                 refused += 1
                 continue
-        if compared and compared[0] is not None:
+        if compared:
             out.print(escape(changed_answers(label, compared[0], inputs.evidence)), highlight=False)
         fitted += 1
         regret = document["regret"]

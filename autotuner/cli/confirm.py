@@ -64,11 +64,8 @@ def confirm(
                 console.print(f"[yellow]{exc}[/yellow]", highlight=False)
                 continue
         where = f"{key}/{dt}/{method}"
-        if entry.origin is None:
-            out.print(f"{where}: no table answers today, so a fit moves no answer: nothing to confirm", highlight=False)
-        else:
-            out.print(f"{where}: a fit would change {len(entry.changes)} answer(s) against {entry.origin}; "
-                      f"{len(entry.unreproduced)} failure(s) reported by one source only", highlight=False)
+        out.print(f"{where}: a fit would change {len(entry.changes)} answer(s) against {entry.origin}; "
+                  f"{len(entry.unreproduced)} failure(s) reported by one source only", highlight=False)
         pendings.append(entry)
 
     def runnable(name: str) -> bool:  # a test measurer answers for any variant; the GPU runs what is available

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from autotuner.fit.evidence import CONFIRM_PURPOSE, REPEATABILITY, Reading
+from autotuner.fit.evidence import CONFIRM_PURPOSE, Reading, not_slower
 from autotuner.tune.measure import WorkItem
 from db import queries
 from db.retry import in_transaction
@@ -33,7 +33,7 @@ class Pending:
     dtype: str
     changes: list[Any]  # guard.Change, every changed answer at a measured shape
     unreproduced: list[Reading]  # failures one source alone reported
-    origin: str | None  # the table answering today, in words; None when none does
+    origin: str  # what answers today, in words
 
 
 def pending(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold") -> Pending:
@@ -44,10 +44,8 @@ def pending(session: Session, gpu_key: str, dtype: str, timing_method: str = "co
 
     today = guard.incumbent(session, gpu_key, dtype, timing_method)
     inputs = fit_inputs(session, gpu_key, dtype, timing_method)
-    if today is None:
-        return Pending(dtype, [], inputs.evidence.unreproduced, None)
     document = fit_table(session, gpu_key, dtype, timing_method, save=False, inputs=inputs)
-    changes = guard.compare(document, today.document, inputs.evidence).changes
+    changes = guard.compare(document, today.document, inputs.evidence, today_answers=today.answers).changes
     return Pending(dtype, changes, inputs.evidence.unreproduced, today.origin)
 
 
@@ -78,7 +76,7 @@ class Verdict:
     @property
     def confirmed(self) -> bool:
         """The new pick is not slower than today's beyond the measured repeatability."""
-        return self.ratio is not None and self.ratio <= 1 + REPEATABILITY
+        return self.ratio is not None and not_slower(self.ratio)
 
 
 def verdicts(pendings: Sequence[Pending], results: dict[tuple, dict[str, Any]]) -> list[Verdict]:

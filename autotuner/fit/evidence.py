@@ -31,11 +31,14 @@ reported one. A verdict of one source alone is reported (``autotuner confirm`` c
 nothing.
 
 **Moving an answer** (:meth:`Evidence.price_change`): a changed pick is priced by each source's own
-reading of both picks at the shape. It is evidenced when two sources measured both, or a confirmation
-did, or when the one source that did is this database's own host and finds the two within the measured
-repeatability (a tie the fit's rule may settle either way, as refits do, never a claimed gain); its price
-is the worst, over the sources, of the median ratio the other sources give (with two sources: the worse
-of the two), so no single source sets it.
+reading of both picks at the shape: the worst, over the sources, of the median ratio the other sources
+give (with two sources: the worse of the two), so no single source sets it. It is evidenced when two
+sources measured both, or a confirmation did, or when the one source that did is this database's own
+host and finds the two within the measured repeatability (a tie the fit's rule may settle either way,
+as refits do, never a claimed gain); and, in every case, when that price finds the new pick no slower
+than today's beyond the measured repeatability (:func:`not_slower`). Sources that timed both and
+disagree whether it is faster do not corroborate it: a forger's run stored before a genuine one keeps
+its value in a one-to-one conflict, never the answer.
 """
 from __future__ import annotations
 
@@ -173,6 +176,11 @@ def spread(reading: Reading) -> float:
     return min(SPREAD_CAP, math.log(reading.p80_us / reading.p20_us))
 
 
+def not_slower(ratio: float) -> bool:
+    """Whether a new time / old time ``ratio`` finds the new no slower beyond the measured repeatability."""
+    return math.log(ratio) <= REPEATABILITY
+
+
 def agree(a: Reading, b: Reading) -> bool:
     """Whether two readings of one thing lie within the measured repeatability (module docstring)."""
     return abs(math.log(a.median_us / b.median_us)) <= REPEATABILITY + (spread(a) + spread(b)) / 2
@@ -196,8 +204,14 @@ class Price:
 
     ratio: float | None  # new pick's time / old pick's, as no single source alone would set it
     sources: tuple[Source, ...]  # those that measured both picks at the shape
-    evidenced: bool
+    evidenced: bool  # enough sources timed both, and the price finds the new pick no slower (module docstring)
     proposed_by: tuple[Source, ...] = ()  # those behind the new pick's time there
+
+    @property
+    def disputed(self) -> bool:
+        """Enough sources timed both picks, but the price finds the new one slower."""
+        return self.ratio is not None and not self.evidenced and not not_slower(self.ratio) and (
+            len(self.sources) >= 2 or any(s.kind == "confirmation" for s in self.sources))
 
 
 @dataclass
@@ -231,8 +245,8 @@ class Evidence:
         else:
             ratio = max(_log_median(values[:i] + values[i + 1:]) for i in range(len(values)))
         local_tie = len(values) == 1 and next(iter(ratios)).kind == "host" and abs(math.log(values[0])) <= REPEATABILITY
-        evidenced = len(values) >= 2 or local_tie or any(source.kind == "confirmation" for source in ratios)
-        return Price(ratio, tuple(ratios), evidenced, proposed_by)
+        enough = len(values) >= 2 or local_tie or any(source.kind == "confirmation" for source in ratios)
+        return Price(ratio, tuple(ratios), enough and not_slower(ratio), proposed_by)
 
     def summary(self) -> dict[str, Any]:
         """What a table document records of its evidence."""

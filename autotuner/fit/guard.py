@@ -14,7 +14,14 @@ Comparison (:func:`compare`), on the two documents' ``points`` and ``candidates`
   table's measured times, today's first. Worse: the geometric mean of new / today above
   ``1 + GEOMEAN_TOLERANCE``, or a shape answered more than ``SHAPE_TOLERANCE`` times slower.
 - evidence: an answer may move only where two sources measured both answers at the shape, or a
-  confirmation did (``autotuner confirm``); an answer that one source alone would move is unconfirmed.
+  confirmation did (``autotuner confirm``), and they do not find the new answer slower beyond the
+  measured repeatability; an answer that one source alone would move, or that the sources find slower
+  (disputed), is unconfirmed.
+
+Where the GPU model has no table of its own for the dtype and method, what answers today is what the
+lookup gives it: another model's table, among the kernels this model runs, or ``torch_softmax``
+(``lookup/select.py``). Its first table is held to the evidence rule against those answers (coverage
+and the other model's times do not apply), so that one uploader alone cannot give a model its answers.
 
 A worse, narrower or unconfirmed table is refused (:class:`WorseTableError`) unless the caller says to
 replace it anyway (``autotuner fit --replace-worse``).
@@ -22,9 +29,10 @@ replace it anyway (``autotuner fit --replace-worse``).
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from sqlalchemy.orm import Session
 
@@ -32,6 +40,7 @@ from autotuner.fit.fit import FitError
 from autotuner.fit.rule import times_by_shape
 from autotuner.lookup.select import FALLBACK_VARIANT, load_table_file, shipped_table_files
 from autotuner.lookup.table import DispatchTable, TableFormatError
+from autotuner.records.store import answering_store, database_tables
 from db import queries
 
 COVERAGE_SHARE = 0.9
@@ -63,10 +72,13 @@ class Coverage:
 
 @dataclass(frozen=True)
 class Incumbent:
-    """The table answering today, and where it comes from in words."""
+    """The table answering today, and where it comes from in words. ``answers`` is set where the GPU
+    model has no table of its own: (variant, config_key) the lookup gives it at (m, n) today, from
+    ``document``, another model's table (or from none: ``torch_softmax``)."""
 
     document: Mapping[str, Any]
     origin: str
+    answers: Callable[[int, int], tuple[str, str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -111,21 +123,29 @@ def _answer(table: DispatchTable, m: int, n: int) -> tuple[str, str]:
     return (candidate["variant"], candidate["config_key"])
 
 
-def compare(new_document: Mapping[str, Any], today_document: Mapping[str, Any], evidence: Any = None) -> Comparison:
+def compare(new_document: Mapping[str, Any], today_document: Mapping[str, Any], evidence: Any = None, *,
+            today_answers: Callable[[int, int], tuple[str, str]] | None = None) -> Comparison:
     """How the new table answers against today's (see the module docstring); ``evidence`` is the fit's
-    ``evidence.Evidence`` (None: changed answers are priced from the tables' own times)."""
+    ``evidence.Evidence`` (None: changed answers are priced from the tables' own times); ``today_answers``
+    (``Incumbent.answers``): today's answers where they come from another model's table, whose coverage
+    and times are then not compared."""
+    borrowed = today_answers is not None
     result = Comparison(coverage(new_document), coverage(today_document))
     new, today = result.new, result.today
-    if new.shapes < COVERAGE_SHARE * today.shapes:
+    if not borrowed and new.shapes < COVERAGE_SHARE * today.shapes:
         result.reasons.append(f"narrower: {new.shapes} measured shapes against {today.shapes} today")
-    if new.m_max < today.m_max or new.n_min > today.n_min or new.n_max < today.n_max:
+    if not borrowed and (new.m_max < today.m_max or new.n_min > today.n_min or new.n_max < today.n_max):
         result.reasons.append(f"narrower range: M up to {new.m_max}, N {new.n_min}..{new.n_max} against M up to "
                               f"{today.m_max}, N {today.n_min}..{today.n_max} today")
-    new_table, today_table = DispatchTable(new_document), DispatchTable(today_document)
-    today_times, new_times = times_by_shape(today_document), times_by_shape(new_document)
+    new_table = DispatchTable(new_document)
+    if today_answers is None:
+        today_table = DispatchTable(today_document)
+        today_answers = lambda m, n: _answer(today_table, m, n)  # noqa: E731
+    today_times = {} if borrowed else times_by_shape(today_document)  # another model's times price nothing here
+    new_times = times_by_shape(new_document)
     logs = []
     for m, n in sorted(shape for shape in set(today_times) | set(new_times) if min(shape) >= 1):  # no rows, no answer
-        new_pick, today_pick = _answer(new_table, m, n), _answer(today_table, m, n)
+        new_pick, today_pick = _answer(new_table, m, n), today_answers(m, n)
         if new_pick != today_pick and evidence is not None:
             change = Change(m, n, today_pick, new_pick, evidence.price_change(m, n, today_pick, new_pick))
             result.changes.append(change)
@@ -160,22 +180,31 @@ def compare(new_document: Mapping[str, Any], today_document: Mapping[str, Any], 
 def unconfirmed_reason(changes: Sequence[Change], evidence: Any) -> str:
     """Why unconfirmed answer changes keep a table out, naming them and whose evidence they rest on."""
     def why(price: Any) -> str:
+        if price.disputed:
+            return f"priced by {evidence.describe_sources(price.sources)}, no single one of them setting it"
         if price.sources:
             return f"by {evidence.describe_sources(price.sources)} alone"
         return f"proposed by {evidence.describe_sources(price.proposed_by) or 'no current row'}, never timed beside today's answer"
 
-    shown = "; ".join(f"{change} ({why(change.price)})" for change in changes[:SHOWN])
-    more = f" (and {len(changes) - SHOWN} more)" if len(changes) > SHOWN else ""
-    return (f"{len(changes)} answer(s) would move on one source's evidence: {shown}{more}; an answer moves on a "
-            f"second source's run (another uploader or host) or a confirming re-measurement (autotuner confirm)")
+    reasons = []
+    for found, what in (([c for c in changes if not c.price.disputed], "would move on one source's evidence"),
+                        ([c for c in changes if c.price.disputed], "would move to a pick the sources that timed both "
+                                                                   "find slower beyond the measured repeatability")):
+        if found:
+            shown = "; ".join(f"{change} ({why(change.price)})" for change in found[:SHOWN])
+            more = f" (and {len(found) - SHOWN} more)" if len(found) > SHOWN else ""
+            reasons.append(f"{len(found)} answer(s) {what}: {shown}{more}")
+    return ("; ".join(reasons) + "; an answer moves on a second source's run (another uploader or host) or a "
+            "confirming re-measurement (autotuner confirm) that finds it no slower")
 
 
 def _name(candidate: tuple[str, str]) -> str:
     return f"{candidate[0]}[{candidate[1]}]" if candidate[1] else candidate[0]
 
 
-def incumbent(session: Session, gpu_key: str, dtype: str, timing_method: str) -> Incumbent | None:
-    """The table answering (gpu, dtype, method) today: the database's current one, else the shipped one."""
+def incumbent(session: Session, gpu_key: str, dtype: str, timing_method: str) -> Incumbent:
+    """What answers (gpu, dtype, method) today: the database's current table, else the shipped one, else
+    (the model has none of its own) what the lookup gives it from another model's table, or from none."""
     for row in queries.current_tables(session, gpu_key):
         if row.dtype == dtype and row.timing_method == timing_method:
             created = row.created_at.isoformat(timespec="seconds") if row.created_at else "?"
@@ -186,17 +215,32 @@ def incumbent(session: Session, gpu_key: str, dtype: str, timing_method: str) ->
             try:
                 return Incumbent(load_table_file(path).document, f"the shipped table {Path(path).name}")
             except TableFormatError:
-                return None  # an unreadable shipped table answers nothing: the lookup warns about it
-    return None
+                break  # an unreadable shipped table answers nothing (the lookup warns): as if there were none
+    return _borrowed(session, gpu_key, dtype, timing_method)
 
 
-def check_replacement(document: Mapping[str, Any], today: Incumbent | None, *, replace_worse: bool = False,
-                      evidence: Any = None) -> Comparison | None:
-    """Raise :class:`WorseTableError` if ``document`` is worse, narrower or unconfirmed against ``today``'s
-    table (unless ``replace_worse``; ``evidence``: the fit's); the comparison, None when nothing answers today."""
-    if today is None:
-        return None
-    result = compare(document, today.document, evidence)
+def _borrowed(session: Session, gpu_key: str, dtype: str, timing_method: str) -> Incumbent:
+    """Today's answers of a model without a table of its own, as the lookup gives them (its warning that
+    another model's table answers is the point here, not news)."""
+    store = answering_store(database_tables(session))
+
+    def answers(m: int, n: int) -> tuple[str, str]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            choice = store.select_canonical(m, n, dtype, gpu_key, timing_method)
+        return (choice.variant, choice.config_key)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reason = store.select_canonical(1, 1024, dtype, gpu_key, timing_method).reason
+    return Incumbent({"points": [], "candidates": []}, f"what the lookup answers today ({reason})", answers)
+
+
+def check_replacement(document: Mapping[str, Any], today: Incumbent, *, replace_worse: bool = False,
+                      evidence: Any = None) -> Comparison:
+    """Raise :class:`WorseTableError` if ``document`` is worse, narrower or unconfirmed against what
+    answers today (unless ``replace_worse``; ``evidence``: the fit's); the comparison."""
+    result = compare(document, today.document, evidence, today_answers=today.answers)
     if result.reasons and not replace_worse:
         key = f"{document['gpu']}/{document['dtype']}/{document.get('timing_method', 'cold')}"
         raise WorseTableError(f"{key}: not stored, {today.origin} keeps answering: " + "; ".join(result.reasons)

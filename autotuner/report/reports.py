@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from autotuner.lookup.select import TableStore, add_shipped_tables, load_table_file, shipped_table_files
+from autotuner.lookup.select import TableStore, load_table_file, shipped_table_files
 from autotuner.lookup.table import DispatchTable, TableFormatError
 
 
@@ -44,14 +44,10 @@ def table_listing(db_url: str | None = None) -> list[dict[str, Any]]:
 def answering_store(db_url: str | None = None) -> tuple[TableStore, frozenset[tuple[str, str, str]]]:
     """The tables ``select_kernel`` would answer from with this database (shipped, overlaid by its
     current tables), and the keys the database's tables answer."""
-    from autotuner.records.store import tables_in_database
+    from autotuner.records import store
 
-    store = TableStore()
-    add_shipped_tables(store)
-    fitted = tables_in_database(db_url)
-    for table in fitted:
-        store.add(table)
-    return store, frozenset(table.key for table in fitted)
+    fitted = store.tables_in_database(db_url)
+    return store.answering_store(fitted), frozenset(table.key for table in fitted)
 
 
 def table_origin(table: DispatchTable | None, from_database: bool) -> dict[str, Any] | None:

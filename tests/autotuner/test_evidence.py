@@ -125,6 +125,24 @@ def test_a_changed_answer_is_priced_so_that_no_single_source_sets_the_price():
     assert reconcile(liar + confirmed).price_change(64, 4096, old, new).evidenced
 
 
+def test_sources_that_timed_both_but_find_the_new_pick_slower_do_not_corroborate_it():
+    """A forger's run stored first keeps its value in a one-to-one conflict between uploaders; the genuine
+    second uploader then finds the pick the forged times propose slower: disputed, not evidence."""
+    old, new = ("old", ""), ("new", "")
+    forged = [reading(LAB_A, 10.0, variant="old", config="", run=1), reading(LAB_A, 5.0, variant="new", config="", run=1)]
+    genuine = [reading(LAB_B, 10.1, variant="old", config="", run=2), reading(LAB_B, 13.13, variant="new", config="", run=2)]
+    evidence = reconcile(forged + genuine)
+    assert value(evidence, "new", "") == 5.0 and len(evidence.conflicts) == 1  # the side stored first keeps the value
+    price = evidence.price_change(64, 4096, old, new)
+    assert price.ratio == pytest.approx(1.3) and price.sources == (LAB_A, LAB_B)
+    assert not price.evidenced and price.disputed
+    refuted = [reading(CONFIRM, 10.2, variant="old", config="", run=9), reading(CONFIRM, 13.1, variant="new", config="", run=9)]
+    assert reconcile(forged + refuted).price_change(64, 4096, old, new).disputed  # a confirmation that refutes it
+    within = [reading(LAB_B, 10.1, variant="old", config="", run=2), reading(LAB_B, 10.1 * math.exp(0.9 * REPEATABILITY),
+                                                                              variant="new", config="", run=2)]
+    assert reconcile(forged + within).price_change(64, 4096, old, new).evidenced  # no slower beyond the repeatability
+
+
 def test_sources_are_uploaders_hosts_and_confirmations():
     assert source_of("lab-a", "gpu-7", 3, None) == LAB_A  # an uploader's documents name hosts of its own claiming
     assert source_of(None, "gpu-7", 3, {"m": [1]}) == HOST

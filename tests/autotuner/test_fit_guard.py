@@ -2,6 +2,7 @@
 stored without --replace-worse, and measurements that contradict another source's are reported."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
@@ -97,6 +98,27 @@ def test_importing_the_classic_sweep_then_fitting_keeps_the_shipped_h100_answers
     # the database's table now answers, and a refit from the same runs is not worse than it
     again = runner.invoke(app, ["fit", "--gpu", "h100", "--dtype", "bf16", "--db", database])
     assert again.exit_code == 0 and "refused" not in again.output, again.output
+
+
+@pytest.mark.parametrize("gpu, method", [("h100-pcie", "cold"), ("a800", "cold"), ("h100", "warm")])
+def test_a_model_without_a_table_of_its_own_is_compared_with_what_the_lookup_answers_it(tmp_path, gpu, method):
+    """Another model's table (the H100's for the H100 PCIe), a prediction of a model of the same specs
+    (the A100's for the A800) or ``torch_softmax`` (no warm table anywhere): what answers today, which a
+    first table is held to; another model's coverage is not."""
+    from autotuner.lookup.select import select_kernel
+
+    engine = make_engine(str(tmp_path / "t.sqlite"))
+    with Session(engine) as session:
+        today = guard.incumbent(session, gpu, "bf16", method)
+    engine.dispose()
+    assert today.answers is not None and gpu in today.origin
+    with pytest.warns(RuntimeWarning) if gpu == "h100-pcie" else contextlib.nullcontext():
+        for m, n in ((1, 1024), (4096, 32000), (3, 2500), (65536, 262144)):
+            choice = select_kernel(m, n, "bf16", gpu=gpu, timing_method=method)
+            assert today.answers(m, n) == (choice.variant, choice.config_key)
+    lone = shipped("h100_bf16_cold")
+    lone["points"] = lone["points"][:3]
+    assert not any("narrower" in reason for reason in guard.compare(lone, today.document, today_answers=today.answers).reasons)
 
 
 def test_a_point_without_rows_is_not_compared():
