@@ -40,6 +40,7 @@ def _figures() -> list[tuple[str, str, object, object]]:
     from autotuner.domain import DOMAIN_M_MAX, DOMAIN_N_MAX
     from autotuner.fit.evidence import REPEATABILITY, SPREAD_CAP
     from autotuner.fit.fit import DEFAULT_PRUNE_MARGIN
+    from autotuner.fit.guard import COVERAGE_SHARE, GEOMEAN_TOLERANCE, SHAPE_TOLERANCE
     from autotuner.fit.index import RESOLUTION
     from autotuner.fit.model import SCALE_LIMIT
     from autotuner.fit.predict_table import PREDICTED_MODELS
@@ -99,6 +100,11 @@ def _figures() -> list[tuple[str, str, object, object]]:
         ("DESIGN.md", "grid_split waves", _waves(), quoted("DESIGN.md", r"reach (\w+) waves \(`WAVES`\)")),
         ("DESIGN.md", "repeatability", REPEATABILITY, float(quoted("DESIGN.md", r"\|log ratio\| up to ([\d.]+) \(`REPEATABILITY`"))),
         ("DESIGN.md", "spread cap", SPREAD_CAP, float(quoted("DESIGN.md", r"capped at ([\d.]+) \(`SPREAD_CAP`\)"))),
+        ("SERVICE.md", "guard coverage", COVERAGE_SHARE,
+         int(quoted("SERVICE.md", r"fewer than (\d+) % of today's measured shapes")) / 100),
+        ("SERVICE.md", "guard geomean", 1 + GEOMEAN_TOLERANCE,
+         float(quoted("SERVICE.md", r"a geometric mean of new / today above ([\d.]+),"))),
+        ("SERVICE.md", "guard shape", SHAPE_TOLERANCE, float(quoted("SERVICE.md", r"any shape answered more than ([\d.]+)x slower"))),
     ]
 
 

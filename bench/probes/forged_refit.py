@@ -45,11 +45,12 @@ def recordings(which: str) -> list[Path]:
 
 
 def forged_rows(run: dict) -> list[dict]:
-    """The run's ok bf16 rows of the forged config that a 2x faster claim leaves within the peak share."""
+    """The run's ok bf16 rows of the forged config that a 2x faster claim leaves within the peak share
+    (of its GPU model's DRAM peak)."""
     from autotuner.lookup.gpu_models import GPU_MODELS
     from autotuner.tune.measure import bytes_moved
 
-    peak = GPU_MODELS["h100"].bandwidth_gbps
+    peak = GPU_MODELS[run["gpu"]["key"]].bandwidth_gbps
     rows = []
     for row in run["measurements"]:
         candidate = run["candidates"][row["candidate"]]
@@ -93,9 +94,9 @@ def genuine_times(paths: list[Path]) -> dict[tuple, float]:
 
 
 def probe_shapes(database: Path, count: int, seed: int) -> list[tuple[int, int]]:
-    from autotuner.lookup.select import fitted_tables_folder
+    from db.location import tables_folder
 
-    table = json.loads((fitted_tables_folder(database) / "h100_bf16_cold.json").read_text())
+    table = json.loads((tables_folder(database) / "h100_bf16_cold.json").read_text())
     rng = random.Random(seed)
     drawn = {(max(1, int(math.exp(rng.uniform(0, math.log(65536))))), max(2, int(math.exp(rng.uniform(math.log(32), math.log(262144))))))
              for _ in range(count)}

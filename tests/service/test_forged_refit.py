@@ -1,9 +1,11 @@
-"""Issue 45, end to end on the CPU: genuine tables fitted from a shipped H100 recording, a forged run
-uploaded through the real service with an h100-scoped token, then the routine ``autotuner fit --gpu h100
+"""Issue 45, end to end on the CPU: genuine tables fitted from a shipped H100 recording, forged runs
+uploaded through the real service with h100-scoped tokens, then the routine ``autotuner fit --gpu h100
 --dtype bf16`` an operator runs: ``/dispatch`` answers byte for byte as before (or the fit is refused
-naming why). And the other side: a genuine second run from another uploader that corroborates a better
-pick does move the answer, and the fit says on whose evidence; ``autotuner confirm`` (a replaying
-measurer standing in for the GPU) confirms a change one uploader alone proposed."""
+naming why), and the tables' files beside the database (``db/mirror.py``) hold what the database holds.
+And the other side: a genuine second run from another uploader that corroborates a better pick does move
+the answer, and the fit says on whose evidence; ``autotuner confirm`` (a replaying measurer standing in
+for the GPU) confirms a change one uploader alone proposed. A GPU model without a table of its own is
+held to the same rules against what answers it today (another model's table)."""
 from __future__ import annotations
 
 import copy
@@ -12,6 +14,7 @@ import hashlib
 import json
 import math
 import random
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -22,19 +25,24 @@ from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from autotuner.cli import app
-from autotuner.records.exchange import import_runs
+from autotuner.lookup.table import DispatchTable
 from autotuner.tune.measure import bytes_moved
-from bench.probes.forged_refit import copy_database, forgery
+from bench.probes.forged_refit import copy_database, forgery, forged_rows
 from db import queries
 from db.engine import make_engine, transaction
+from db.location import tables_folder
 from db.models import Measurement, SweepRun
 from service.app import create_app
 from service.config import Settings
+from tests.conftest import copy_database as copy_template
 
 RECORDING = Path(__file__).resolve().parents[1] / "data" / "h100_sweep.json.gz"
 TOKENS = {"lab-h100": "lab-h100-token-0123456789abcdef", "lab-b": "lab-b-token-0123456789abcdef"}
+# Two tokens of one uploader name (the GPU:TOKEN form names an uploader by its GPUs): one source.
+SAME_NAME = ("h100-token-one-0123456789abcdef", "h100-token-two-0123456789abcdef")
 NEW_PICK = "triton_one_row"  # wins 47 of the classic grid's 141 bf16 shapes
 BASE_RUN = 21  # the recording's run that measured it beside every other variant at its shapes
+DRAWN = 60  # probes drawn beside every measured shape
 
 
 def runs() -> list[dict]:
@@ -42,23 +50,15 @@ def runs() -> list[dict]:
         return json.load(handle)["runs"]
 
 
-def fit(database: Path, *extra: str):  # noqa: ANN201 - a click Result
-    return CliRunner().invoke(app, ["fit", "--gpu", "h100", "--dtype", "bf16", "--db", str(database), *extra])
-
-
-def imported(database: Path, document: dict) -> Path:
-    engine = make_engine(str(database))
-    with transaction(engine) as session:
-        import_runs(session, document)
-    engine.dispose()
-    return database
+def fit(database: Path, *extra: str, gpu: str = "h100"):  # noqa: ANN201 - a click Result
+    return CliRunner().invoke(app, ["fit", "--gpu", gpu, "--dtype", "bf16", "--db", str(database), *extra])
 
 
 @pytest.fixture(scope="module")
-def genuine(tmp_path_factory) -> Path:
+def genuine(tmp_path_factory, recording_template) -> Path:
     """The recording imported on this database's host and its bf16 table fitted: what answers today
     (``--replace-worse``: it covers less than the shipped table, which was fitted from seven recordings)."""
-    database = imported(tmp_path_factory.mktemp("genuine") / "tuning.sqlite", {"format_version": 1, "runs": runs()})
+    database = copy_template(recording_template("h100_sweep"), tmp_path_factory.mktemp("genuine") / "tuning.sqlite")
     result = fit(database, "--replace-worse")
     assert result.exit_code == 0, result.output
     return database
@@ -67,81 +67,159 @@ def genuine(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def without_new_pick(tmp_path_factory) -> Path:
     """The same, less every row of ``NEW_PICK``: the table before anyone measured it."""
+    from autotuner.records.exchange import import_runs
+
     recorded = runs()
     for run in recorded:
         keep = {i for i, c in enumerate(run["candidates"]) if c["variant"] != NEW_PICK}
         run["measurements"] = [row for row in run["measurements"] if row["candidate"] in keep]
-    database = imported(tmp_path_factory.mktemp("before") / "tuning.sqlite", {"format_version": 1, "runs": recorded})
+    database = tmp_path_factory.mktemp("before") / "tuning.sqlite"
+    engine = make_engine(str(database))
+    with transaction(engine) as session:
+        import_runs(session, {"format_version": 1, "runs": recorded})
+    engine.dispose()
     assert fit(database, "--replace-worse").exit_code == 0
     return database
 
 
-def server(database: Path) -> TestClient:
-    grants = json.dumps({name: {"token": token, "gpus": ["h100"]} for name, token in TOKENS.items()})
+def server(database: Path, tokens: str | None = None, gpus: tuple[str, ...] = ("h100",)) -> TestClient:
+    grants = tokens or json.dumps({name: {"token": token, "gpus": list(gpus)} for name, token in TOKENS.items()})
     return TestClient(create_app(Settings(database_url=f"sqlite:///{database}", upload_tokens=grants, reload_interval_s=0)))
 
 
-def probes(database: Path) -> list[tuple[int, int]]:
-    """Every shape the table measured and 150 it never saw, drawn log-uniform."""
+def probes(database: Path, gpu: str = "h100") -> list[tuple[int, int]]:
+    """Every shape the GPU's table measured (h100's where it has none) and ``DRAWN`` it never saw, drawn
+    log-uniform."""
     with Session(make_engine(str(database))) as session:
-        points = {(p["m"], p["n"]) for p in queries.current_tables(session, "h100")[0].payload["points"]}
+        tables = queries.current_tables(session, gpu) or queries.current_tables(session, "h100")
+        points = {(p["m"], p["n"]) for p in tables[0].payload["points"]}
     rng = random.Random(45)
     drawn = {(int(math.exp(rng.uniform(0, math.log(70000)))), int(math.exp(rng.uniform(math.log(16), math.log(300000)))))
-             for _ in range(150)}
+             for _ in range(DRAWN)}
     return sorted(points | drawn)
 
 
-def answers(client: TestClient, shapes: list[tuple[int, int]]) -> list[str]:
-    return [client.get("/dispatch", params={"m": m, "n": n, "dtype": "bf16", "gpu": "h100"}).text for m, n in shapes]
+def answers(client: TestClient, shapes: list[tuple[int, int]], gpu: str = "h100") -> list[str]:
+    return [client.get("/dispatch", params={"m": m, "n": n, "dtype": "bf16", "gpu": gpu}).text for m, n in shapes]
 
 
-def upload(client: TestClient, document: dict, uploader: str):  # noqa: ANN201 - a Response
-    return client.post("/runs", json=document, headers={"Authorization": f"Bearer {TOKENS[uploader]}"})
+def upload(client: TestClient, document: dict, uploader: str | None = None, token: str | None = None):  # noqa: ANN201
+    return client.post("/runs", json=document, headers={"Authorization": f"Bearer {token or TOKENS[uploader]}"})
 
 
 def flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def forged_then_fitted(genuine: Path, tmp_path: Path, document: dict):  # noqa: ANN201 - the fit's Result
-    """Upload ``document`` as lab-h100 to a copy of the genuine database, run the routine fit, and hold
-    ``/dispatch`` on every probe to its answers before, byte for byte."""
+def mirrored(database: Path, gpu: str = "h100") -> dict | None:
+    """The bf16 table file beside the database (``db/mirror.py``), None where there is none."""
+    path = tables_folder(database) / f"{gpu}_bf16_cold.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def current_payload(database: Path, gpu: str = "h100") -> dict | None:
+    engine = make_engine(str(database))
+    with Session(engine) as session:
+        tables = [t.payload for t in queries.current_tables(session, gpu) if t.dtype == "bf16"]
+    engine.dispose()
+    return tables[0] if tables else None
+
+
+def shifted(run: dict, days: int) -> dict:
+    """The run as a new one: its start ``days`` later."""
+    run = copy.deepcopy(run)
+    started = datetime.fromisoformat(run["started_at"].replace("Z", "+00:00")) + timedelta(days=days)
+    run.update(started_at=started.isoformat(), finished_at=None)
+    return run
+
+
+def fault_claims(database: Path) -> dict:
+    """A run claiming that each of today's picks faulted at every shape it answers (issue 45: one
+    ``wrong`` row banned a candidate from every later fit)."""
+    table = DispatchTable(current_payload(database))
+    recorded = runs()[BASE_RUN]
+    picks = {(p["m"], p["n"]): table.candidates[table.answer(p["m"], p["n"])[0]] for p in table.document["points"]}
+    candidates = [c for c in recorded["candidates"]
+                  if any((c["variant"], c["config_key"]) == (p["variant"], p["config_key"]) for p in picks.values())]
+    index = {(c["variant"], c["config_key"]): i for i, c in enumerate(candidates)}
+    rows = [{"candidate": index[(pick["variant"], pick["config_key"])], "m": m, "n": n, "dtype": "bf16", "status": "fault"}
+            for (m, n), pick in sorted(picks.items()) if (pick["variant"], pick["config_key"]) in index]
+    assert len(rows) > 50
+    run = shifted(recorded, 60)
+    run.update(candidates=candidates, measurements=rows, copy_references=[])
+    return {"format_version": 1, "runs": [run]}
+
+
+def test_every_forgery_at_once_leaves_every_answer_and_the_tables_file_as_they_were(genuine, tmp_path):
+    """The issue's attack and more, each sent with one of two tokens of the same uploader name ("h100"):
+    a recorded run re-labelled (its host this database's own, ``vm``, and claiming to be an ``autotuner
+    confirm`` run), every recorded run under a new environment, ``cuda_split_row`` block 256 claimed twice
+    as fast wherever that stays within 0.90 of the DRAM peak; the same claim under a source hash the
+    kernel no longer has; a fault of today's pick at every shape; and stored rows of M or N 0 (written
+    before uploads refused them: the guard crashed on them). Before this change the first two moved 76
+    of 341 answers (``new-env``: 227), 1.63x (1.50x) slower by the recording."""
     database = tmp_path / "tuning.sqlite"
     copy_database(genuine, database)
     shapes = probes(database)
-    with server(database) as client:
+    relabelled, edited = forgery([RECORDING], "relabel")
+    assert edited >= 50
+    relabelled["runs"][0]["grid"] = {"purpose": "confirm", "items": edited}
+    assert relabelled["runs"][0]["host"] == "vm"
+    every_run, _ = forgery([RECORDING], "new-env")
+    stale, _ = forgery([RECORDING], "relabel")
+    stale["runs"][0] = shifted(stale["runs"][0], 1)
+    for candidate in stale["runs"][0]["candidates"]:
+        candidate["source_hash"] = "0123456789abcdef"  # the split-row kernel's code as it never was here
+    tokens = ",".join(f"h100:{token}" for token in SAME_NAME)
+    with server(database, tokens) as client:
         before = answers(client, shapes)
-        assert upload(client, document, "lab-h100").status_code == 201
+        for token, document in zip((0, 1, 1, 0), (relabelled, every_run, fault_claims(database), stale)):
+            response = upload(client, document, token=SAME_NAME[token])
+            assert response.status_code == 201, response.text
+        stale_run = response.json()["run_ids"][0]
+        engine = make_engine(str(database))
+        with transaction(engine) as session:
+            stored = session.scalars(select(Measurement).where(Measurement.dtype == "bf16", Measurement.status == "ok")
+                                     .order_by(Measurement.id).limit(3)).all()
+            run = session.get(SweepRun, stored[0].run_id)
+            extra = queries.create_run(session, run.gpu_model, run.environment, "cold", host=run.host)
+            for row, (m, n) in zip(stored, [(0, 1024), (0, 4096), (64, 0)]):
+                queries.record_measurement(session, extra.id, row.candidate_id, m, n, "bf16", status="ok",
+                                           median_us=4.0, p20_us=3.9, p80_us=4.1, repetitions=20)
+        engine.dispose()
         result = fit(database)
         assert answers(client, shapes) == before
-    return result
-
-
-@pytest.mark.parametrize("attack", ["relabel", "new-env"])
-def test_a_forged_run_and_a_routine_fit_leave_every_answer_as_it_was(genuine, tmp_path, attack):
-    """The issue's attack: a recorded run sent again as a new run (``new-env``: every recorded run, under a
-    new environment fingerprint), ``cuda_split_row`` block 256 claimed twice as fast on every bf16 shape
-    where that stays within 0.90 of the DRAM peak. Before this change the refit moved 76 of 341 answers
-    (``new-env``: 227), 1.63x (1.50x) slower by the recording."""
-    document, edited = forgery([RECORDING], attack)
-    assert edited >= 50
-    result = forged_then_fitted(genuine, tmp_path, document)
     text = flat(result.output)
     assert result.exit_code == 0, result.output
+    assert "no answer changed at the 141 measured shapes" in text and "Traceback" not in result.output
     assert "conflict(s) between sources beyond the measured repeatability" in text
-    assert "cuda_split_row[block=256," in text and "set aside" in text and "(uploader lab-h100, run " in text
-    assert "no answer changed at the 141 measured shapes" in text
+    assert "cuda_split_row[block=256," in text and "set aside" in text and "(uploader h100, run " in text
+    assert "failure(s) reported by one source only, so no ban" in text and "fault at" in text
+    assert "3 degenerate row(s) skipped (M or N below 1, or no usable time)" in text
+    stored_table = current_payload(database)
+    assert mirrored(database) == stored_table  # the stored table's file, written at the commit
+    sources = stored_table["evidence"]["sources"]
+    assert set(sources) == {"host vm", "uploader h100"}  # no confirmation, the hosts it named its own claims
+    assert str(stale_run) not in sources["uploader h100"]  # code the kernel no longer has is no evidence
 
 
 def test_a_forged_run_at_shapes_nobody_else_measured_is_refused_naming_its_one_source(genuine, tmp_path):
     """Claims no other source can contradict (shapes the genuine runs never held) move no answer either:
-    the fit is refused, naming the uploader whose run alone would move them, and nothing changes."""
+    the fit is refused, naming the uploader whose run alone would move them; nothing changes, the table
+    file beside the database included."""
     document, _ = forgery([RECORDING], "relabel")
     for row in document["runs"][0]["measurements"]:
         row.update(n=row["n"] + 8, gbps=None)
     for reference in document["runs"][0]["copy_references"]:
         reference.update(n=reference["n"] + 8, gbps=None)
-    result = forged_then_fitted(genuine, tmp_path, document)
+    database = tmp_path / "tuning.sqlite"
+    copy_database(genuine, database)
+    shapes = probes(database)
+    with server(database) as client:
+        before, file_before = answers(client, shapes), mirrored(database)
+        assert upload(client, document, "lab-h100").status_code == 201
+        result = fit(database)
+        assert answers(client, shapes) == before and mirrored(database) == file_before == current_payload(database)
     text = flat(result.output)
     assert result.exit_code == 1, result.output
     assert "answer(s) would move on one source's evidence" in text
@@ -152,9 +230,8 @@ def test_a_forged_run_at_shapes_nobody_else_measured_is_refused_naming_its_one_s
 def remeasured(run: dict, host: str, seed: int, days: int) -> dict:
     """The run as another host measuring the same kernels would record it: a new start, every time a
     little (up to 3 %) slower, never the same to the bit (nor as another seed's)."""
-    run = copy.deepcopy(run)
-    started = datetime.fromisoformat(run["started_at"].replace("Z", "+00:00")) + timedelta(days=days)
-    run.update(started_at=started.isoformat(), finished_at=None, host=host)
+    run = shifted(run, days)
+    run["host"] = host
     for index, row in enumerate(run["measurements"]):
         if row["median_us"]:
             digest = hashlib.sha256(f"{seed}:{index}".encode()).digest()
@@ -188,16 +265,17 @@ def test_a_better_pick_moves_once_a_second_uploader_corroborates_it(without_new_
     assert moved_to_new_pick(before, after) >= 5
     assert "answer(s) changed at measured shapes" in text
     assert "on the evidence of" in text and "uploader lab-b (runs 25)" in text and "uploader lab-h100 (runs 24)" in text
+    assert mirrored(database) == current_payload(database)
 
 
 def test_confirm_lets_a_change_one_uploader_proposed_move(without_new_pick, tmp_path, monkeypatch):
     """``autotuner confirm`` re-times the changed answers here (the recording replayed by a fake GPU
-    worker) and stores them as a run of its own; the next fit moves the answers on that evidence."""
+    worker) and stores them as a run of its own; the next fit moves the answers on that evidence (the
+    one uploader's run alone is refused: the test above)."""
     database = tmp_path / "tuning.sqlite"
     copy_database(without_new_pick, database)
     with server(database) as client:
         assert upload(client, remeasured(runs()[BASE_RUN], "lab-a-gpu", 1, 40), "lab-h100").status_code == 201
-    assert fit(database).exit_code == 1
     monkeypatch.setenv("AUTOTUNER_FAKE_GPU", "h100")
     confirmed = CliRunner().invoke(app, ["confirm", "--gpu", "h100", "--dtype", "bf16", "--db", str(database),
                                          "--measurer", "tests.autotuner.fakes:RecordingMeasurer"])
@@ -216,23 +294,53 @@ def test_confirm_lets_a_change_one_uploader_proposed_move(without_new_pick, tmp_
     assert "confirmation run 25" in flat(refit.output)
 
 
-def test_stored_rows_of_no_rows_are_skipped_and_reported_never_a_crash(genuine, tmp_path):
-    """Issue 45: ``m = 0`` rows made the next fit fail with a TypeError in the guard until someone deleted
-    them by hand. Rows of M or N 0 (a database written before uploads refused them) are skipped, named."""
+PCIE = {"key": "h100-pcie", "name": "NVIDIA H100 PCIe", "sm_count": 114, "l2_bytes": 52428800,
+        "memory_bytes": 85017493504, "compute_capability": "9.0"}
+
+
+def pcie_run(forged: bool, host: str, seed: int) -> dict:
+    """The recording's widest bf16 run as an H100 PCIe would time it (every time 3350/2000 slower: its
+    DRAM peak), a little apart per ``seed``; ``forged``: ``cuda_split_row`` block 256 claimed twice as
+    fast wherever that stays within 0.90 of the PCIe's peak."""
+    run = copy.deepcopy(runs()[BASE_RUN])
+    run["measurements"] = [row for row in run["measurements"] if row["dtype"] == "bf16"]
+    run["copy_references"] = [row for row in run["copy_references"] if row["dtype"] == "bf16"]
+    for rows in (run["measurements"], run["copy_references"]):
+        for row in rows:
+            if row.get("median_us"):
+                factor = 3350 / 2000 * (1 + 0.004 * seed)
+                row.update({k: row[k] * factor for k in ("median_us", "p20_us", "p80_us") if row.get(k)}, gbps=None)
+    run.update(gpu=PCIE, environment={**run["environment"], "fingerprint": f"pcie-{seed}"})
+    document = remeasured(run, host, seed, 50 + seed)
+    if forged:
+        for row in forged_rows(document["runs"][0]):
+            row.update(median_us=row["median_us"] / 2, p20_us=row["p20_us"] / 2, p80_us=row["p80_us"] / 2, gbps=None)
+    return document
+
+
+def test_a_gpu_model_without_a_table_gets_none_from_one_uploader(tmp_path):
+    """The H100 PCIe has no table of its own: ``/dispatch`` answers none, the embedded lookup the H100's.
+    One uploader's forged runs do not give it one through a routine fit, nor do they once a second
+    uploader's genuine run disagrees with them (stored first, the forged times keep their value in the
+    one-to-one conflict, but the second uploader finds the moved answers slower: disputed)."""
     database = tmp_path / "tuning.sqlite"
-    copy_database(genuine, database)
-    engine = make_engine(str(database))
-    with transaction(engine) as session:
-        stored = session.scalars(select(Measurement).where(Measurement.dtype == "bf16", Measurement.status == "ok")
-                                 .order_by(Measurement.id).limit(3)).all()
-        run = session.get(SweepRun, stored[0].run_id)
-        extra = queries.create_run(session, run.gpu_model, run.environment, "cold", host=run.host)
-        for row, (m, n) in zip(stored, [(0, 1024), (0, 4096), (64, 0)]):
-            queries.record_measurement(session, extra.id, row.candidate_id, m, n, "bf16", status="ok", median_us=4.0,
-                                       p20_us=3.9, p80_us=4.1, repetitions=20)
-    engine.dispose()
-    result = fit(database)
-    text = flat(result.output)
-    assert result.exit_code == 0, result.output
-    assert "3 degenerate row(s) skipped (M or N below 1, or no usable time) in runs 24" in text
-    assert "Traceback" not in result.output and "no answer changed" in text
+    shapes = [(m, n) for m in (2, 8) for n in (1024, 4096, 32000, 131072, 262144)] + [(3, 5000), (7, 100000)]
+    with server(database, gpus=("h100-pcie",)) as client:
+        before = answers(client, shapes, "h100-pcie")
+        assert all("no dispatch table for GPU 'h100-pcie'" in a for a in before)
+        assert upload(client, pcie_run(True, "lab-a-gpu", 1), "lab-h100").status_code == 201
+        alone = fit(database, gpu="h100-pcie")
+        assert upload(client, pcie_run(False, "lab-b-gpu", 2), "lab-b").status_code == 201
+        disputed = fit(database, gpu="h100-pcie")
+        assert answers(client, shapes, "h100-pcie") == before
+    assert mirrored(database, "h100-pcie") is None and current_payload(database, "h100-pcie") is None
+    text = flat(alone.output)
+    assert alone.exit_code == 1 and "would move on one source's evidence" in text, alone.output
+    assert ("not stored, what the lookup answers today (no bf16/cold dispatch table for GPU 'h100-pcie'; answered "
+            "from the h100 table") in text
+    assert "-> cuda_split_row[block=256,split=auto] (proposed by uploader lab-h100 (runs 1)" in text
+    text = flat(disputed.output)
+    assert disputed.exit_code == 1, disputed.output
+    assert "would move to a pick the sources that timed both find slower beyond the measured repeatability" in text
+    assert re.search(r"-> cuda_split_row\[block=256,split=auto\] x1\.\d+ \(priced by uploader lab-b \(runs 2\), "
+                     r"uploader lab-h100 \(runs 1\), no single one of them setting it\)", text), text
