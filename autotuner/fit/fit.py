@@ -255,8 +255,9 @@ def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "
     """Fit, score and (if ``save``) store the table of one (GPU, dtype, method); returns the document
     (with its decision index unless ``with_index`` is off and it is not saved: a caller comparing
     regrets only skips the index build, about 5-60 s a table on the CPU machine). ``accept(document)``
-    runs before it is stored and may refuse it by raising (``fit/guard.py``). ``inputs``: the
-    :func:`fit_inputs` already read (the caller reports their evidence), else read here."""
+    runs before it is scored and stored (the document without ``regret``) and may refuse it by raising
+    (``fit/guard.py``). ``inputs``: the :func:`fit_inputs` already read (the caller reports their
+    evidence), else read here."""
     if inputs is None:
         inputs = fit_inputs(session, gpu_key, dtype, timing_method, environment_id=environment_id,
                             any_source=any_source, include_peers=include_peers)
@@ -268,12 +269,12 @@ def fit_table(session: Session, gpu_key: str, dtype: str, timing_method: str = "
                               prune_margin=prune_margin, source_runs=runs,
                               environment={"id": inputs.environment_id}, requirements=inputs.requirements,
                               with_index=with_index or save)
-    document["regret"] = leave_one_out_regret(observations, constraints, rule=rule, prune_margin=prune_margin)
     document["excluded_failing"] = sorted(f"{v}[{k}]" for v, k in inputs.banned)
     if inputs.evidence is not None:
         document["evidence"] = inputs.evidence.summary()
     if accept is not None:
-        accept(document)
+        accept(document)  # before the leave-one-out scoring, which a refused table need not pay for
+    document["regret"] = leave_one_out_regret(observations, constraints, rule=rule, prune_margin=prune_margin)
     if save:
         queries.save_table(session, inputs.gpu, dtype, timing_method, document, source_runs=runs,
                            candidate_count=len(document["candidates"]), regret=document["regret"],

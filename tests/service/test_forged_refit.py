@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
@@ -31,7 +31,7 @@ from bench.probes.forged_refit import copy_database, forgery, forged_rows
 from db import queries
 from db.engine import make_engine, transaction
 from db.location import tables_folder
-from db.models import Measurement, SweepRun
+from db.models import CandidateRow, Measurement, SweepRun
 from service.app import create_app
 from service.config import Settings
 from tests.conftest import copy_database as copy_template
@@ -65,18 +65,13 @@ def genuine(tmp_path_factory, recording_template) -> Path:
 
 
 @pytest.fixture(scope="module")
-def without_new_pick(tmp_path_factory) -> Path:
+def without_new_pick(tmp_path_factory, recording_template) -> Path:
     """The same, less every row of ``NEW_PICK``: the table before anyone measured it."""
-    from autotuner.records.exchange import import_runs
-
-    recorded = runs()
-    for run in recorded:
-        keep = {i for i, c in enumerate(run["candidates"]) if c["variant"] != NEW_PICK}
-        run["measurements"] = [row for row in run["measurements"] if row["candidate"] in keep]
-    database = tmp_path_factory.mktemp("before") / "tuning.sqlite"
+    database = copy_template(recording_template("h100_sweep"), tmp_path_factory.mktemp("before") / "tuning.sqlite")
     engine = make_engine(str(database))
     with transaction(engine) as session:
-        import_runs(session, {"format_version": 1, "runs": recorded})
+        session.execute(delete(Measurement).where(
+            Measurement.candidate_id.in_(select(CandidateRow.id).where(CandidateRow.variant == NEW_PICK))))
     engine.dispose()
     assert fit(database, "--replace-worse").exit_code == 0
     return database
