@@ -29,7 +29,8 @@ def confirm(
     """Re-time, side by side on this GPU, the pick a pending `autotuner fit` would give and the pick answering
     today at every measured shape where they differ, and verify again each kernel whose failure only one
     source reported; the results are stored as a confirmation run, which the next fit reads as evidence of
-    its own. Run it where a fit was refused because answers would move on one source's evidence."""
+    its own. Run it where a fit was refused because answers would move on one source's evidence, or left
+    out readings one uploader alone stands behind."""
     from contextlib import ExitStack
 
     from sqlalchemy.orm import Session

@@ -2,8 +2,9 @@
 
 A fit moves an answer only on evidence that does not come from one run alone (``evidence.py``). Where the
 rows that propose a change all come from one source, ``autotuner confirm`` on a GPU of that model
-re-times, side by side, the pick the pending fit would give and the pick answering today at each measured
-shape where they differ, and verifies again each candidate whose failure one source alone reported. The
+re-times, side by side, the pick the pending fit would give (counting the readings one uploader alone
+stands behind, which a fit leaves out) and the pick answering today at each measured shape where they
+differ, and verifies again each candidate whose failure one source alone reported. The
 results are stored as a run of their own (``grid.purpose`` "confirm", this database's host): a source of
 its own, which the next ``autotuner fit`` reads like any other, so a confirmed change moves the answer and
 a refuted one is a conflict the confirmation settles.
@@ -37,13 +38,14 @@ class Pending:
 
 
 def pending(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold") -> Pending:
-    """The pending fit's changed answers (``guard.compare`` against the incumbent) and its unreproduced
-    failures. Raises ``FitError`` when there is nothing to fit."""
+    """The pending fit's changed answers (``guard.compare`` against what answers today; the fit counting
+    the readings one uploader alone stands behind, which a confirmation would corroborate) and its
+    unreproduced failures. Raises ``FitError`` when there is nothing to fit."""
     from autotuner.fit import guard
     from autotuner.fit.fit import fit_inputs, fit_table
 
     today = guard.incumbent(session, gpu_key, dtype, timing_method)
-    inputs = fit_inputs(session, gpu_key, dtype, timing_method)
+    inputs = fit_inputs(session, gpu_key, dtype, timing_method, include_lone=True)
     document = fit_table(session, gpu_key, dtype, timing_method, save=False, inputs=inputs)
     changes = guard.compare(document, today.document, inputs.evidence, today_answers=today.answers).changes
     return Pending(dtype, changes, inputs.evidence.unreproduced, today.origin)

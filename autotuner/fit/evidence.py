@@ -24,7 +24,14 @@ confirm`` on this database's host, a side-by-side re-measurement that is a sourc
    value is then their median (in log space). Otherwise it is a **conflict**, reported and quarantined:
    the readings that agree with the most sources are kept (ties: the side with a confirmation, then the
    side with this database's own host, then the side stored first); the others are set aside for the fit,
-   never "newest wins".
+   never "newest wins";
+5. the value is fitted only where what is kept is **corroborated**: it includes this database's own host
+   or a confirmation, or two sources. A reading one uploader alone stands behind (nobody else measured
+   that candidate at that shape, or the one other source disagrees) is reported and not fitted: an
+   uploader's claims at shapes or kernels nobody else timed would otherwise shape the table between and
+   around its measured shapes, where the guard has nothing to price a changed answer by. A second
+   uploader's run or ``autotuner confirm`` (which plans from a fit that includes them: ``include_lone``)
+   makes them count.
 
 A ``wrong`` or ``fault`` verdict bans a candidate (on this dtype) only where it is reproduced: two sources
 reported one. A verdict of one source alone is reported (``autotuner confirm`` checks it again) and bans
@@ -228,6 +235,7 @@ class Evidence:
     unreproduced: list[Reading] = field(default_factory=list)  # one per candidate
     degenerate: list[Reading] = field(default_factory=list)
     replays: dict[int, int] = field(default_factory=dict)  # run id -> rows repeating an earlier source's
+    lone: dict[Source, set[Key]] = field(default_factory=dict)  # readings one uploader alone stands behind
 
     @property
     def run_ids(self) -> list[int]:
@@ -252,7 +260,8 @@ class Evidence:
         """What a table document records of its evidence."""
         return {"sources": {str(source): _id_list(runs) for source, runs in sorted(self.runs.items())},
                 "conflicts": len(self.conflicts), "unreproduced_failures": [_verdict(r) for r in self.unreproduced],
-                "degenerate_rows": len(self.degenerate), "replayed_rows": sum(self.replays.values())}
+                "degenerate_rows": len(self.degenerate), "replayed_rows": sum(self.replays.values()),
+                "uncorroborated": {str(source): len(keys) for source, keys in sorted(self.lone.items())}}
 
     def report(self, label: str, shown: int = 5) -> list[str]:
         """One line per kind of finding a fit reports (none when the readings agree)."""
@@ -269,18 +278,37 @@ class Evidence:
             runs = _id_list({r.run_id for r in self.degenerate})
             lines.append(f"{label}: {len(self.degenerate)} degenerate row(s) skipped (M or N below 1, or no usable "
                          f"time) in runs {runs}")
+        if self.lone:
+            lines.append(f"{label}: {self.lone_readings()}")
         if self.replays:
             lines.append(f"{label}: {sum(self.replays.values())} row(s) of runs {_id_list(self.replays)} repeat another "
                          f"source's rows exactly: counted once, as that source's")
         return lines
+
+    def lone_readings(self) -> str:
+        """The readings one uploader alone stands behind, in words (none: empty)."""
+        if not self.lone:
+            return ""
+        return (", ".join(f"{len(keys)} reading(s) of {self.describe_sources([source])}"
+                          for source, keys in sorted(self.lone.items()))
+                + " that no other source corroborates, not fitted (a second uploader's or host's run, or autotuner "
+                  "confirm, makes them count)")
 
     def describe_sources(self, sources: Iterable[Source]) -> str:
         """``uploader lab-a (runs 40, 41), host vm (runs 1-23)``."""
         return ", ".join(f"{source} (runs {_id_list(self.runs.get(source, set()))})" for source in sorted(set(sources)))
 
 
-def reconcile(readings: Iterable[Reading]) -> Evidence:
-    """The fit's observations from every current reading of one (GPU model, dtype, timing method)."""
+def corroborated(sources: Iterable[Source]) -> bool:
+    """Whether readings backed by ``sources`` may be fitted (module docstring, step 5)."""
+    backers = set(sources)
+    return len(backers) >= 2 or any(source.kind != "uploader" for source in backers)
+
+
+def reconcile(readings: Iterable[Reading], include_lone: bool = False) -> Evidence:
+    """The fit's observations from every current reading of one (GPU model, dtype, timing method);
+    ``include_lone``: readings one uploader alone stands behind are fitted too (what ``autotuner confirm``
+    plans from), not only reported."""
     evidence = Evidence([], {}, {}, {})
     first_seen: dict[tuple, Source] = {}
     newest: dict[Key, dict[Source, tuple[tuple[int, int], Reading]]] = {}  # per source: (first order, newest reading)
@@ -315,12 +343,16 @@ def reconcile(readings: Iterable[Reading]) -> Evidence:
             kept = _kept(key, by_source, evidence)
             value = _log_median([r.median_us for r in kept])
             nearest = min(kept, key=lambda r: abs(math.log(r.median_us / value)))
+        for source, (_, reading) in by_source.items():
+            evidence.by_source.setdefault(source, {})[key] = reading.median_us
+        if not corroborated(r.source for r in kept):
+            evidence.lone.setdefault(kept[0].source, set()).add(key)
+            if not include_lone:
+                continue
         evidence.observations.append(Observation(key[0], key[1], dict(nearest.config or {}), key[2], key[3], value,
                                                  nearest.repetitions))
         evidence.sources[key] = tuple(sorted({r.source for r in kept}))
         evidence.used_runs.update(r.run_id for r in kept)
-        for source, (_, reading) in by_source.items():
-            evidence.by_source.setdefault(source, {})[key] = reading.median_us
     for candidate, by_source in verdicts.items():
         if len(by_source) >= 2:
             evidence.banned.add(candidate)

@@ -205,9 +205,11 @@ class FitInputs:
 
 
 def fit_inputs(session: Session, gpu_key: str, dtype: str, timing_method: str = "cold", *,
-               environment_id: int | None = None, any_source: bool = False, include_peers: bool = False) -> FitInputs:
+               environment_id: int | None = None, any_source: bool = False, include_peers: bool = False,
+               include_lone: bool = False) -> FitInputs:
     """The observations a fit uses (see the module docstring; ``environment_id``: only that environment's
-    runs) and the candidates' constraints; raises :class:`FitError` when there are none."""
+    runs; ``include_lone``: readings one uploader alone stands behind too, see ``evidence.reconcile``) and
+    the candidates' constraints; raises :class:`FitError` when there are none."""
     from kernels import KernelConfig, get_variant
 
     constraints_seen: dict[tuple[str, str], dict[str, int]] = {}
@@ -227,10 +229,12 @@ def fit_inputs(session: Session, gpu_key: str, dtype: str, timing_method: str = 
         raise FitError(f"no measurements of GPU {gpu_key!r} in this database; GPUs measured: {known}")
     rows = queries.measurements_for(session, gpu_key, dtype, timing_method, environment_id=environment_id)
     environments = {run.id: run.environment_id for _, _, run in rows}
-    evidence = reconcile(readings_of_rows(rows, CurrentCode(any_source, include_peers)))
+    evidence = reconcile(readings_of_rows(rows, CurrentCode(any_source, include_peers)), include_lone)
     observations = without_disturbed(evidence.observations)
     if not observations:
-        raise FitError(f"no verified measurements of {gpu_key}/{dtype} with timing method {timing_method!r}")
+        lone = evidence.lone_readings()
+        raise FitError(f"no verified measurements of {gpu_key}/{dtype} with timing method {timing_method!r}"
+                       + (f" that a second source corroborates: {lone}" if lone else ""))
     runs = evidence.run_ids
     return FitInputs(gpu, observations, evidence.banned, runs, environments[runs[-1]] if runs else None,
                      constraints, requirements, evidence)

@@ -178,22 +178,22 @@ def compare(new_document: Mapping[str, Any], today_document: Mapping[str, Any], 
 
 
 def unconfirmed_reason(changes: Sequence[Change], evidence: Any) -> str:
-    """Why unconfirmed answer changes keep a table out, naming them and whose evidence they rest on."""
-    def why(price: Any) -> str:
+    """Why unconfirmed answer changes keep a table out, naming them and whose evidence they rest on: one
+    source alone timed both answers, nobody did, or the sources that did find the new one slower."""
+    groups: dict[str, list[str]] = {}
+    for change in changes:
+        price = change.price
         if price.disputed:
-            return f"priced by {evidence.describe_sources(price.sources)}, no single one of them setting it"
-        if price.sources:
-            return f"by {evidence.describe_sources(price.sources)} alone"
-        return f"proposed by {evidence.describe_sources(price.proposed_by) or 'no current row'}, never timed beside today's answer"
-
-    reasons = []
-    for found, what in (([c for c in changes if not c.price.disputed], "would move on one source's evidence"),
-                        ([c for c in changes if c.price.disputed], "would move to a pick the sources that timed both "
-                                                                   "find slower beyond the measured repeatability")):
-        if found:
-            shown = "; ".join(f"{change} ({why(change.price)})" for change in found[:SHOWN])
-            more = f" (and {len(found) - SHOWN} more)" if len(found) > SHOWN else ""
-            reasons.append(f"{len(found)} answer(s) {what}: {shown}{more}")
+            what = "would move to a pick the sources that timed both find slower beyond the measured repeatability"
+            why = f"priced by {evidence.describe_sources(price.sources)}, no single one of them setting it"
+        elif price.sources:
+            what, why = "would move on one source's evidence", f"by {evidence.describe_sources(price.sources)} alone"
+        else:
+            what = "would move to a pick nobody timed beside today's answer"
+            why = f"proposed by {evidence.describe_sources(price.proposed_by) or 'no current row'}"
+        groups.setdefault(what, []).append(f"{change} ({why})")
+    reasons = [f"{len(found)} answer(s) {what}: " + "; ".join(found[:SHOWN])
+               + (f" (and {len(found) - SHOWN} more)" if len(found) > SHOWN else "") for what, found in groups.items()]
     return ("; ".join(reasons) + "; an answer moves on a second source's run (another uploader or host) or a "
             "confirming re-measurement (autotuner confirm) that finds it no slower")
 

@@ -45,8 +45,8 @@ def test_sources_that_agree_are_combined_and_both_stand_behind_the_value():
 
 @pytest.mark.parametrize("claimed", [5.0, 20.0, 7.5, 13.5])
 def test_a_second_source_far_off_is_a_conflict_and_the_first_stored_side_is_kept(claimed):
-    """Two sources, one each side: neither outweighs the other; this database's host and the earlier
-    reading keep the value, whichever is newer (never "newest wins")."""
+    """Two sources, one each side: neither outweighs the other; this database's host keeps the value,
+    whichever is newer (never "newest wins"); between two uploaders neither side is corroborated."""
     for order in ("host first", "uploader first"):
         readings = [reading(HOST, 10.0, run=1), reading(LAB_A, claimed, run=2)]
         if order == "uploader first":
@@ -56,7 +56,8 @@ def test_a_second_source_far_off_is_a_conflict_and_the_first_stored_side_is_kept
         (conflict,) = evidence.conflicts
         assert [r.source for r in conflict.set_aside] == [LAB_A] and "set aside" in str(conflict)
     between_uploaders = reconcile([reading(LAB_B, 10.0, run=1), reading(LAB_A, claimed, run=2)])
-    assert value(between_uploaders) == 10.0  # no local side: the one stored first
+    assert not between_uploaders.observations and len(between_uploaders.conflicts) == 1  # no side is corroborated
+    assert between_uploaders.lone == {LAB_B: {("v", "a=1", 64, 4096)}}  # the one stored first, alone
 
 
 def test_the_side_more_sources_agree_with_wins_even_when_it_is_newer():
@@ -132,7 +133,8 @@ def test_sources_that_timed_both_but_find_the_new_pick_slower_do_not_corroborate
     forged = [reading(LAB_A, 10.0, variant="old", config="", run=1), reading(LAB_A, 5.0, variant="new", config="", run=1)]
     genuine = [reading(LAB_B, 10.1, variant="old", config="", run=2), reading(LAB_B, 13.13, variant="new", config="", run=2)]
     evidence = reconcile(forged + genuine)
-    assert value(evidence, "new", "") == 5.0 and len(evidence.conflicts) == 1  # the side stored first keeps the value
+    assert len(evidence.conflicts) == 1 and evidence.lone == {LAB_A: {("new", "", 64, 4096)}}  # kept, but alone
+    assert value(reconcile(forged + genuine, include_lone=True), "new", "") == 5.0  # what confirm plans from
     price = evidence.price_change(64, 4096, old, new)
     assert price.ratio == pytest.approx(1.3) and price.sources == (LAB_A, LAB_B)
     assert not price.evidenced and price.disputed
@@ -141,6 +143,22 @@ def test_sources_that_timed_both_but_find_the_new_pick_slower_do_not_corroborate
     within = [reading(LAB_B, 10.1, variant="old", config="", run=2), reading(LAB_B, 10.1 * math.exp(0.9 * REPEATABILITY),
                                                                               variant="new", config="", run=2)]
     assert reconcile(forged + within).price_change(64, 4096, old, new).evidenced  # no slower beyond the repeatability
+
+
+def test_only_corroborated_readings_are_fitted():
+    """A reading one uploader alone stands behind (at a shape or of a kernel nobody else timed) is reported
+    and not fitted; a second uploader that agrees, this database's host or a confirmation makes it count."""
+    lone = reading(LAB_A, 10.0, run=1)
+    alone = reconcile([lone, reading(HOST, 20.0, variant="w", run=2)])
+    assert [(o.variant, o.median_us) for o in alone.observations] == [("w", 20.0)]
+    assert alone.lone == {LAB_A: {("v", "a=1", 64, 4096)}} and alone.summary()["uncorroborated"] == {"uploader lab-a": 1}
+    assert any("1 reading(s) of uploader lab-a (runs 1) that no other source corroborates, not fitted" in line
+               for line in alone.report("h100/bf16/cold"))
+    assert [o.variant for o in reconcile([lone], include_lone=True).observations] == ["v"]
+    for second in (reading(LAB_B, 10.3, run=2), reading(HOST, 10.2, run=2), reading(CONFIRM, 9.9, run=9)):
+        both = reconcile([lone, second])
+        assert not both.lone and len(both.observations) == 1, second.source
+    assert not reconcile([reading(HOST, 10.0, run=1)]).lone  # this database's own host is fitted as measured
 
 
 def test_sources_are_uploaders_hosts_and_confirmations():
