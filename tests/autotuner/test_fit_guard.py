@@ -17,6 +17,7 @@ from autotuner.fit import guard
 from autotuner.fit.index import index_document
 from autotuner.lookup.select import load_table_file, shipped_table_files
 from db.engine import make_engine
+from db.location import tables_folder
 from db.queries import current_tables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,11 +86,17 @@ def test_importing_the_classic_sweep_then_fitting_keeps_the_shipped_h100_answers
     with Session(engine) as session:
         assert current_tables(session, "h100") == []
     engine.dispose()
+    folder = tables_folder(Path(database))
+    assert not (folder / "h100_bf16_cold.json").exists()  # a refused table's file is not written (db/mirror.py)
     answer = json.loads(runner.invoke(app, ["select", "1", "1048576", "bf16", "--gpu", "h100", "--db", database]).output)
     assert answer["variant"] == "cuda_long_split" and answer["table"]["origin"] == "shipped:h100_bf16_cold.json"
 
     forced = runner.invoke(app, ["fit", "--gpu", "h100", "--dtype", "bf16", "--db", database, "--replace-worse"])
     assert forced.exit_code == 0, forced.output
+    engine = make_engine(database, create=False)
+    with Session(engine) as session:
+        assert json.loads((folder / "h100_bf16_cold.json").read_text()) == current_tables(session, "h100")[0].payload
+    engine.dispose()
     answer = json.loads(runner.invoke(app, ["select", "1", "1048576", "bf16", "--gpu", "h100", "--db", database]).output)
     assert answer["table"]["origin"] == "database" and answer["table"]["source_runs"]
     listing = json.loads(runner.invoke(app, ["tables", "--json", "--db", database]).output)

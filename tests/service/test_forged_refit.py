@@ -15,7 +15,6 @@ import json
 import math
 import random
 import re
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from typer.testing import CliRunner
 from autotuner.cli import app
 from autotuner.lookup.table import DispatchTable
 from autotuner.tune.measure import bytes_moved
-from bench.probes.forged_refit import copy_database, forgery, forged_rows
+from bench.probes.forged_refit import copy_database, forged_rows, forgery, shift
 from db import queries
 from db.engine import make_engine, transaction
 from db.location import tables_folder
@@ -120,14 +119,6 @@ def current_payload(database: Path, gpu: str = "h100") -> dict | None:
     return tables[0] if tables else None
 
 
-def shifted(run: dict, days: int) -> dict:
-    """The run as a new one: its start ``days`` later."""
-    run = copy.deepcopy(run)
-    started = datetime.fromisoformat(run["started_at"].replace("Z", "+00:00")) + timedelta(days=days)
-    run.update(started_at=started.isoformat(), finished_at=None)
-    return run
-
-
 def fault_claims(database: Path) -> dict:
     """A run claiming that each of today's picks faulted at every shape it answers (issue 45: one
     ``wrong`` row banned a candidate from every later fit)."""
@@ -140,32 +131,8 @@ def fault_claims(database: Path) -> dict:
     rows = [{"candidate": index[(pick["variant"], pick["config_key"])], "m": m, "n": n, "dtype": "bf16", "status": "fault"}
             for (m, n), pick in sorted(picks.items()) if (pick["variant"], pick["config_key"]) in index]
     assert len(rows) > 50
-    run = shifted(recorded, 60)
+    run = shift(copy.deepcopy(recorded), 60)
     run.update(candidates=candidates, measurements=rows, copy_references=[])
-    return {"format_version": 1, "runs": [run]}
-
-
-def near_ties(database: Path) -> dict:
-    """Points at new shapes between the classic grid's N where today's pick is claimed fastest, at the time
-    the table predicts, and every other candidate 0.1 % behind it: no answer moves where they are, so the
-    guard had nothing to refuse; fitted, they moved 692 of 2,998 answers drawn between and around them
-    (where other H100 recordings measured: 22 of 130, up to 1.52x slower)."""
-    table = DispatchTable(current_payload(database))
-    recorded = runs()
-    known = {(c["variant"], c["config_key"]): c for run in recorded for c in run["candidates"]}
-    names = [(c["variant"], c["config_key"]) for c in table.candidates]
-    grid = sorted({p["n"] for p in table.document["points"]})
-    rows = []
-    for m in sorted({p["m"] for p in table.document["points"]}):
-        for n in (int(math.sqrt(a * b)) for a, b in zip(grid, grid[1:]) if b / a > 1.2):
-            pick, predicted, *_ = table.answer(m, n)
-            if pick is not None and predicted:
-                for index, name in enumerate(names):
-                    time = predicted * (1 if index == pick else 1.001)
-                    rows.append({"candidate": index, "m": m, "n": n, "dtype": "bf16", "status": "ok", "median_us": time,
-                                 "p20_us": time * 0.99, "p80_us": time * 1.01, "repetitions": 20})
-    run = shifted(recorded[BASE_RUN], 90)
-    run.update(candidates=[known[name] for name in names], measurements=rows, copy_references=[])
     return {"format_version": 1, "runs": [run]}
 
 
@@ -175,7 +142,9 @@ def test_every_forgery_at_once_leaves_every_answer_and_the_tables_file_as_they_w
     confirm`` run), every recorded run under a new environment, ``cuda_split_row`` block 256 claimed twice
     as fast wherever that stays within 0.90 of the DRAM peak; the same claim under a source hash the
     kernel no longer has; a fault of today's pick at every shape; today's picks claimed a hair ahead of
-    every other candidate at new shapes (:func:`near_ties`); and stored rows of M or N 0 (written before
+    every other candidate at new shapes between the measured ones (no answer moves there, so the guard
+    had nothing to refuse; fitted, they moved answers around them: bench/README.md, ``forged_refit``);
+    and stored rows of M or N 0 (written before
     uploads refused them: the guard crashed on them). Before this change the first two moved 76
     of 341 answers (``new-env``: 227), 1.63x (1.50x) slower by the recording."""
     database = tmp_path / "tuning.sqlite"
@@ -187,13 +156,14 @@ def test_every_forgery_at_once_leaves_every_answer_and_the_tables_file_as_they_w
     assert relabelled["runs"][0]["host"] == "vm"
     every_run, _ = forgery([RECORDING], "new-env")
     stale, _ = forgery([RECORDING], "relabel")
-    stale["runs"][0] = shifted(stale["runs"][0], 1)
+    shift(stale["runs"][0], 1)
     for candidate in stale["runs"][0]["candidates"]:
         candidate["source_hash"] = "0123456789abcdef"  # the split-row kernel's code as it never was here
     tokens = ",".join(f"h100:{token}" for token in SAME_NAME)
     with server(database, tokens) as client:
         before = answers(client, shapes)
-        sent = (relabelled, every_run, fault_claims(database), near_ties(database), stale)
+        ties, _ = forgery([RECORDING], "near-ties", current_payload(database))
+        sent = (relabelled, every_run, fault_claims(database), ties, stale)
         for token, document in zip((0, 1, 1, 0, 0), sent):
             response = upload(client, document, token=SAME_NAME[token])
             assert response.status_code == 201, response.text
@@ -252,7 +222,7 @@ def test_a_forged_run_at_shapes_nobody_else_measured_is_not_fitted(genuine, tmp_
 def remeasured(run: dict, host: str, seed: int, days: int) -> dict:
     """The run as another host measuring the same kernels would record it: a new start, every time a
     little (up to 3 %) slower, never the same to the bit (nor as another seed's)."""
-    run = shifted(run, days)
+    run = shift(copy.deepcopy(run), days)
     run["host"] = host
     for index, row in enumerate(run["measurements"]):
         if row["median_us"]:
