@@ -6,8 +6,11 @@ reason instead of breaking the registry.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 from kernels.base import Build, KernelConfig, LaunchGeometry, NativeRule, Support, Variant
 
@@ -110,14 +113,31 @@ def plan_rule(rule: NativeRule, build: Build, device: int, stream: int, n: int) 
     return None if widest is None else rule.for_plan(widest[1])
 
 
+DECLARED_PATH = Path(__file__).with_name("declared.json")  # written by ``python -m kernels.declared``
+Declaration = dict[str, Any]  # {"dtypes": [...], "configs": {config key: {dtype: requirements}}}
+
+
+@lru_cache(maxsize=1)
+def recorded_declarations() -> dict[str, Declaration]:
+    """Every variant's declarations as ``kernels/declared.json`` holds them (empty where it is missing)."""
+    try:
+        return json.loads(DECLARED_PATH.read_text())
+    except FileNotFoundError:
+        return {}
+
+
 class UnimportableVariant(Variant):
     """Stands in for a registered variant whose module failed to import, under its registered name
-    and backend, so listings can say why."""
+    and backend, so listings can say why. What the variant declares (dtypes, configs, requirements)
+    comes from ``kernels/declared.json`` (written by ``python -m kernels.declared``), so that its rows can still be checked
+    here; it builds nothing."""
 
     def __init__(self, name: str, backend: str, reason: str):
         self._name = name
         self.backend = backend
         self._reason = reason
+        self._declared = recorded_declarations().get(name, {"dtypes": [], "configs": {}})
+        self.dtypes = tuple(self._declared["dtypes"])
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -127,7 +147,13 @@ class UnimportableVariant(Variant):
         return Support(False, self._reason)
 
     def all_configs(self) -> list[KernelConfig]:
-        return []
+        return [KernelConfig.from_key(key) for key in self._declared["configs"]]
+
+    def requirements(self, config: KernelConfig, dtype: str) -> dict[str, int]:
+        try:
+            return dict(self._declared["configs"][config.key][dtype])
+        except KeyError:
+            raise KeyError(f"{self._name} declares no config {config.key!r} at {dtype}") from None
 
     def build(self, config: KernelConfig, dtype: str, n: int) -> Build:
         raise RuntimeError(self._reason)
@@ -162,8 +188,9 @@ def all_variants() -> list[Variant]:
 
 def declared_config_keys(variant: Variant) -> frozenset[str]:
     """The keys of every config ``variant`` declares: its ``all_configs`` and its ``FORMER_CONFIGS``.
-    Raises RuntimeError where the variant's module could not be imported here (its configs are unknown)."""
-    if isinstance(variant, UnimportableVariant):
+    Raises RuntimeError where the variant's module could not be imported here and ``kernels/declared.json``
+    does not list it either (its configs are unknown)."""
+    if isinstance(variant, UnimportableVariant) and not variant.dtypes:
         raise RuntimeError(variant.available().reason)
     return frozenset(config.key for config in variant.all_configs()) | frozenset(FORMER_CONFIGS.get(variant.name, ()))
 

@@ -19,7 +19,7 @@ Each problem names its rule:
 ``unknown-variant``      a candidate's variant is not registered here (``kernels/registry.py``);
 ``unknown-config``       its config is not one the variant declares (``all_configs``, or a former config
                          of ``kernels.registry.FORMER_CONFIGS``); where the variant's module cannot be
-                         imported on this host its configs are unknown, and the candidate is refused too.
+                         imported on this host (no Triton), ``kernels/declared.json`` says what it declares.
 ``unsupported-dtype``    a row that ran (any status but ``unsupported``) at a dtype its variant does not
 ``unsupported-gpu``      declare, or a candidate whose requirements the run's GPU model does not meet
                          (``Variant.requirements``, ``gpu_models.runs_on``: architecture, shared memory,
