@@ -6,9 +6,13 @@ uvicorn closes the connection after any exception that reaches it, without ``Con
 keep-alive client's next request on it fails with ECONNRESET. :class:`ServiceMiddleware` catches the
 exception before that, logs it, and sends the same JSON 500 as ``service.errors``; the connection stays
 usable. (Where the response had already started, nothing valid can be sent and the exception goes on.)
+A request still running when uvicorn's graceful shutdown runs out of time is cancelled; its client gets
+a 503 saying so (retry), not Starlette's plain-text 500.
 """
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from typing import Any, Awaitable, Callable
 
@@ -29,6 +33,9 @@ DOCS_CSP = ("default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 's
 COMMON_HEADERS = (("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "no-referrer"),
                   ("X-Frame-Options", "DENY"), ("Cross-Origin-Resource-Policy", "same-origin"))
 RAW_COMMON_HEADERS = [(name.lower().encode(), value.encode()) for name, value in COMMON_HEADERS]
+STOPPING_BODY = json.dumps({"message": "the server stopped before this request finished; retry it (an upload "
+                                       "that was stored is stored once however often it is sent)"}).encode()
+STOPPING_RETRY_AFTER_S = 5
 
 
 def content_security_policy(path: str) -> str:
@@ -63,6 +70,17 @@ class ServiceMiddleware:
 
         try:
             await self.app(scope, receive, send_with_headers)
+        except asyncio.CancelledError:
+            if started:
+                raise
+            log.warning("%s %s cancelled: the server is stopping", scope.get("method"), scope.get("path"))
+            await send_with_headers({"type": "http.response.start", "status": 503, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(STOPPING_BODY)).encode()),
+                (b"retry-after", str(STOPPING_RETRY_AFTER_S).encode()), (b"connection", b"close")]})
+            await send({"type": "http.response.body", "body": STOPPING_BODY})
+            task = asyncio.current_task()
+            if task is not None and hasattr(task, "uncancel"):  # answered: the request's task ends normally
+                task.uncancel()
         except Exception as exc:
             if started:
                 raise

@@ -98,7 +98,7 @@ def import_file(engine: Any, path: str, allowed_gpus: frozenset[str] | None = No
     before the commit, False where the client has gone."""
     from autotuner.records.exchange import ImportSummary
     from autotuner.records.plausibility import RefusedUpload
-    from db.integrity import check_integrity, storage_problem
+    from db.integrity import check_integrity
     from db.retry import in_transaction
     from service.upload_stream import DocumentErrors, check_file, write_file
 
@@ -135,12 +135,7 @@ def import_file(engine: Any, path: str, allowed_gpus: frozenset[str] | None = No
     except RefusedUpload as refused:  # a stored run it would rewrite (provenance.py): rolled back
         return "refused", (refused.status, str(refused), refused.details())
     except Exception as exc:
-        problem = storage_problem(exc)
-        if problem is not None:
-            log.error("upload not stored: %s", problem.reason)
-            return "storage", (problem.kind, problem.reason)
-        log.exception("upload failed")
-        return "error", type(exc).__name__
+        return _failed(exc)
     return "ok", summary.model_dump()
 
 
