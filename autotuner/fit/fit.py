@@ -37,7 +37,7 @@ from db import queries
 
 # 3 %. 1 % gave lower leave-one-out regret on the recorded sweeps (H100 1.024 / 1.023 / 1.021 against
 # 1.027 / 1.027 / 1.021) but kept 24-28 candidates instead of 15-21, more of them measured at only
-# some neighbours of a shape, which made a first lookup about 50 % slower (2026-11-23).
+# some neighbours of a shape, which made a first lookup about 50 % slower.
 DEFAULT_PRUNE_MARGIN = 0.03
 
 

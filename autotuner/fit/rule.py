@@ -5,7 +5,7 @@ reads. No torch, no CuPy.
 
 The rule reads a table document's ``rule``, ``candidates`` and ``points`` (the format:
 ``autotuner/lookup/table.py``; format 1, without the index, and 2 alike). ``times[i]`` is candidate i's median time in µs at that point (null: not measured, unsupported or
-failed). ``requires`` (tables fitted from 2026-11-25 on) is what a GPU needs to run the candidate
+failed). ``requires`` (tables fitted from 0.2.0 on) is what a GPU needs to run the candidate
 (``autotuner/lookup/gpu_models.py``); ``autotuner/fit/model.py`` answers outside the measured points. Lookup rules:
 
 - ``nearest-log``: the measured point nearest in (log2 M, log2 N); among candidates whose constraints
@@ -18,8 +18,8 @@ failed). ``requires`` (tables fitted from 2026-11-25 on) is what a GPU needs to 
   when that class's points surround N; the fastest predicted admissible candidate wins. A candidate
   missing at a corner is predicted from the corners it has; a candidate with none is not chosen.
   Exact measured points answer with their winner.
-- ``local-regret-clamped`` (``fit_table``'s default) and ``local-regret`` (tables fitted before
-  2026-11-23): exact measured points answer with their winner. Otherwise, among points of the N
+- ``local-regret-clamped`` (``fit_table``'s default) and ``local-regret`` (older
+  tables): exact measured points answer with their winner. Otherwise, among points of the N
   alignment class as for ``interp-log``:
 
   1. Neighbours and weights (:meth:`RuleTable.neighbours`): the mean of two linear

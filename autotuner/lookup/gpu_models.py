@@ -141,7 +141,7 @@ def donor_order(target: GpuSpec, available: list[str]) -> list[str]:
 
 def runnable_candidates(candidates: Sequence[Mapping[str, Any]], table_gpu: str, spec: GpuSpec) -> frozenset[int]:
     """Indexes of a table's candidates that a GPU of ``spec`` runs. A candidate without ``requires``
-    (tables fitted before 2026-11-25) is known to run only on the table's own GPU, so it is taken to
+    (tables fitted before 0.2.0) is known to run only on the table's own GPU, so it is taken to
     need that GPU's compute capability, and is offered to no other GPU where that model is unknown."""
     own = GPU_MODELS.get(table_gpu)
     assumed = {"min_arch": own.compute_capability} if own is not None else None

@@ -86,8 +86,8 @@ def bench_shapes(shapes: Iterable[tuple[int, int, str]], method: str = "cold", p
     round). A kernel's figure is the median of its rounds (a failure in any round is reported instead);
     the copy's is its fastest round, the speed of light this GPU showed on the shape, so no fraction of
     it is flattered by a slow copy. Fresh buffers each round because one placement of a pair of 128 MB
-    buffers was seen to slow everything written there by 15 % (H100 bench,
-    2026-11-24); the median over placements is what a caller meets. ``graph_launch``: every timed call
+    buffers was seen to slow everything written there by 15 % (an H100
+    bench); the median over placements is what a caller meets. ``graph_launch``: every timed call
     is a CUDA-graph replay of it (``autotuner.tune.timing.Timer``), so that no contender's GPU time depends
     on how fast its Python launch path submits it. ``on_row(rows)`` is called with the rows so far after
     each shape, so that a caller can save them before a long run ends (or is killed)."""
